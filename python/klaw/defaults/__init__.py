@@ -1,0 +1,1 @@
+"""Package data: config templates and the workspace skeleton written by `klaw init`."""

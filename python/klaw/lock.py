@@ -1,0 +1,59 @@
+"""The engine lock: a `flock` on `$XDG_STATE_HOME/klaw/engine.lock`.
+
+The engine holds it for its whole life; `klaw reindex` takes it too, so a
+rebuild never runs under a live engine and two engines never share klaw.db.
+The kernel drops the lock when the process dies, so a crash leaves nothing stale.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from types import TracebackType
+
+from klaw.errors import StoreLocked
+
+
+class EngineLock:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, what: str = "the engine") -> EngineLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise StoreLocked(
+                f"klaw.db is in use by {holder} (lock {self.path}); stop the engine first "
+                f"(`systemctl --user stop klaw-engine`) before running {what}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> EngineLock:
+        return self.acquire() if self._fd is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

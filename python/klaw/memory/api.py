@@ -1,0 +1,361 @@
+"""`Memory`: archival memory over the Rust store (chunk → embed via cache → index → search).
+
+Files stay the truth: workspace Markdown is indexed where it lies, and facts saved
+with `save()` are first appended to `memory/saved.jsonl` in the data dir, so
+`klaw reindex` can rebuild every chunk from files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from klaw import _core
+from klaw.errors import InvalidInput
+from klaw.memory.embedding import EmbeddingBackend, OllamaBackend, OnnxBackend
+from klaw.memory.hit import Hit
+from klaw.paths import KlawPaths
+
+if TYPE_CHECKING:
+    from klaw.config import EngineConfig
+
+log = logging.getLogger("klaw.memory")
+
+#: Larger Markdown files are refused: embedding them would take hours on a Pi.
+MAX_INDEX_FILE_BYTES = 16 * 1024 * 1024
+#: Chunks embedded per call; bounds memory while indexing big files.
+EMBED_BATCH = 64
+_DATED = re.compile(r"(\d{4}-\d{2}-\d{2})")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def to_iso(value: datetime | str | None) -> str | None:
+    """Accepts a datetime (naive = UTC) or an ISO string; returns ISO UTC."""
+    if value is None or isinstance(value, str):
+        return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class IndexReport:
+    indexed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    chunks: int = 0
+    cache_hits: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def load_backend(config: EngineConfig, paths: KlawPaths) -> EmbeddingBackend:
+    """The embedding backend named by `memory.embedding.type`."""
+    emb = config.memory.embedding
+    if emb.type == "ollama":
+        return OllamaBackend(emb.ollama_endpoint, emb.ollama_model)
+    from klaw import models
+
+    files = models.resolve_model_files(emb, paths)
+    embedder = _core.Embedder(
+        str(files.model),
+        str(files.tokenizer),
+        ort_library=str(lib) if (lib := models.find_ort_library(emb)) else None,
+        threads=emb.threads,
+        max_length=emb.max_length,
+    )
+    return OnnxBackend(embedder, models.model_id(files))
+
+
+class Memory:
+    """Archival memory. One instance owns the store; it is safe to share between threads."""
+
+    def __init__(
+        self,
+        store: _core.Store,
+        backend: EmbeddingBackend,
+        cache: _core.EmbeddingCache,
+        paths: KlawPaths,
+        config: EngineConfig,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.cache = cache
+        self.paths = paths
+        self.config = config
+        self._save_lock = threading.Lock()
+
+    # --- opening ---------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: Path | str | None = None,
+        workspace: Path | str | None = None,
+        *,
+        config: EngineConfig | None = None,
+        paths: KlawPaths | None = None,
+        backend: EmbeddingBackend | None = None,
+    ) -> Memory:
+        """Opens klaw.db (XDG defaults when arguments are None); a model change re-embeds all."""
+        from klaw.config import load_engine_config
+
+        paths = paths or KlawPaths.from_env()
+        if data_dir is not None:
+            paths = replace(paths, data_dir=Path(data_dir))
+        if config is None:
+            config = load_engine_config(paths.engine_config)
+        if workspace is not None:
+            paths = replace(paths, workspace=Path(workspace))
+        elif getattr(config, "workspace", None):
+            paths = replace(paths, workspace=Path(str(config.workspace)).expanduser())
+        backend = backend or load_backend(config, paths)
+        cache = _core.EmbeddingCache(str(paths.embeddings_cache))
+        store = _core.Store(str(paths.db), dim=backend.dim, threads=min(2, os.cpu_count() or 1))
+        recorded = store.meta_get("embedding_model")
+        if recorded is None:
+            store.meta_set("embedding_model", backend.model_id)
+        elif recorded != backend.model_id:
+            log.warning("embedding model changed (%s -> %s): re-embedding", recorded, backend.model_id)
+            store.close()
+            from klaw.memory.reindex import rebuild
+
+            rebuild(paths, config, backend=backend, cache=cache, progress=False)
+            store = _core.Store(str(paths.db), dim=backend.dim)
+        return cls(store, backend, cache, paths, config)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing ---------------------------------------------------------
+
+    def _chunks(self, text: str) -> list[Any]:
+        c = self.config.memory.chunking
+        return list(_core.chunk_markdown(text, c.size, c.overlap))
+
+    def _embed(self, texts: list[str]) -> tuple[bytes, int]:
+        parts: list[bytes] = []
+        hits = 0
+        for i in range(0, len(texts), EMBED_BATCH):
+            vecs, h = self.backend.embed_cached(self.cache, texts[i : i + EMBED_BATCH])
+            parts.append(vecs)
+            hits += h
+        return b"".join(parts), hits
+
+    @staticmethod
+    def _tuples(chunks: list[Any]) -> list[tuple[str, int | None, int | None, str | None, str]]:
+        hashes = _core.text_hashes([c.text for c in chunks])
+        return [
+            (c.text, c.start_line, c.end_line, " > ".join(c.heading_path) or None, h)
+            for c, h in zip(chunks, hashes, strict=True)
+        ]
+
+    def save(
+        self,
+        text: str,
+        source: str = "manual",
+        chat_id: str | None = None,
+        created_at: datetime | str | None = None,
+    ) -> list[int]:
+        """Saves a fact: appended to saved.jsonl (the truth), then chunked and indexed."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput("cannot save empty text to memory")
+        if not source.strip():
+            raise InvalidInput("source must not be empty")
+        ts = to_iso(created_at) or now_iso()
+        record = {"id": uuid.uuid4().hex, "ts": ts, "source": source, "chat_id": chat_id, "text": text}
+        with self._save_lock:
+            self._append_saved(record)
+            return self._index_saved(record)
+
+    def _append_saved(self, record: dict[str, Any]) -> None:
+        path = self.paths.saved_memory
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _index_saved(self, record: dict[str, Any]) -> list[int]:
+        chunks = self._chunks(record["text"])
+        if not chunks:
+            return []
+        tuples = self._tuples(chunks)
+        vectors, _ = self._embed([t[0] for t in tuples])
+        # Saved facts have no file lines to cite: the line range is dropped.
+        tuples = [(t[0], None, None, t[3], t[4]) for t in tuples]
+        return list(
+            self.store.add_chunks(record["source"], record.get("chat_id"), record["ts"], tuples, vectors)
+        )
+
+    def source_label(self, path: Path) -> str:
+        """Workspace files are cited relative to the workspace (`memory/2026-02-24.md`)."""
+        path = path.resolve()
+        if path == self.paths.core_memory.resolve():
+            return "core_memory.json"
+        try:
+            return path.relative_to(self.paths.workspace.resolve()).as_posix()
+        except ValueError:
+            pass
+        try:
+            return "summaries/" + path.relative_to(self.paths.summaries.resolve()).as_posix()
+        except ValueError:
+            return str(path)
+
+    def index_file(self, path: Path | str, source: str | None = None) -> int:
+        """Indexes a Markdown file; returns chunks written (0 when unchanged since last time)."""
+        p = Path(path)
+        try:
+            st = p.stat()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {p}: {exc.strerror}") from exc
+        if not p.is_file():
+            raise InvalidInput(f"{p} is not a file")
+        if st.st_size > MAX_INDEX_FILE_BYTES:
+            raise InvalidInput(
+                f"{p} is {st.st_size / 2**20:.0f} MiB; files over "
+                f"{MAX_INDEX_FILE_BYTES // 2**20} MiB are not indexed (split it into smaller notes)"
+            )
+        label = self.source_label(p)
+        data = p.read_bytes()
+        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+        known = self.store.file_state(label)
+        if known is not None and known[0] == digest:
+            return 0
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            log.warning("%s is not valid UTF-8 (byte %d); undecodable bytes replaced", p, exc.start)
+            text = data.decode("utf-8", errors="replace")
+        del data
+        chunks = self._chunks(text)
+        del text
+        tuples = self._tuples(chunks)
+        vectors, _ = self._embed([t[0] for t in tuples])
+        m = _DATED.search(p.name)
+        created = f"{m.group(1)}T00:00:00Z" if m else to_iso(datetime.fromtimestamp(st.st_mtime, UTC))
+        assert created is not None
+        ids = self.store.replace_file(
+            label, source or label, digest, st.st_mtime, st.st_size, created, tuples, vectors
+        )
+        return len(ids)
+
+    def workspace_files(self) -> list[Path]:
+        """MEMORY.md and memory/**/*.md of the workspace, summaries/**/*.md, core memory."""
+        ws = self.paths.workspace
+        found: list[Path] = []
+        if (ws / "MEMORY.md").is_file():
+            found.append(ws / "MEMORY.md")
+        if (ws / "memory").is_dir():
+            found.extend(sorted(p for p in (ws / "memory").rglob("*.md") if p.is_file()))
+        if self.paths.summaries.is_dir():
+            found.extend(sorted(p for p in self.paths.summaries.rglob("*.md") if p.is_file()))
+        if self.paths.core_memory.is_file():
+            found.append(self.paths.core_memory)
+        return found
+
+    def index_workspace(self) -> IndexReport:
+        """Indexes changed workspace memory files and forgets deleted ones."""
+        report = IndexReport()
+        present: set[str] = set()
+        for p in self.workspace_files():
+            label = self.source_label(p)
+            present.add(label)
+            try:
+                n = self.index_file(p)
+            except InvalidInput as exc:
+                report.errors.append(str(exc))
+                continue
+            (report.indexed if n else report.unchanged).append(label)
+            report.chunks += n
+        for path, *_ in self.store.list_files():
+            if path not in present and not os.path.isabs(path):
+                self.store.remove_file(path)
+                report.removed.append(path)
+        return report
+
+    def import_path(self, path: Path | str) -> IndexReport:
+        """Indexes one Markdown file or every *.md under a directory."""
+        p = Path(path)
+        files: Iterable[Path] = sorted(p.rglob("*.md")) if p.is_dir() else [p]
+        report = IndexReport()
+        for f in files:
+            n = self.index_file(f)
+            (report.indexed if n else report.unchanged).append(self.source_label(f))
+            report.chunks += n
+        return report
+
+    # --- reading ---------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        top_k: int | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        source: str | None = None,
+    ) -> list[Hit]:
+        """Hybrid search: vector + keyword candidates fused by RRF; best first."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("search query must not be empty")
+        s = self.config.memory.search
+        k = s.top_k if top_k is None else top_k
+        if k <= 0:
+            raise InvalidInput(f"top_k must be positive, got {k}")
+        qvec = self.backend.embed_batch([query])
+        hits = self.store.search(
+            qvec,
+            query,
+            top_k=k,
+            candidates=max(s.candidates, k),
+            rrf_k=float(s.rrf_k),
+            vector_weight=s.vector_weight,
+            keyword_weight=s.keyword_weight,
+            since=to_iso(since),
+            until=to_iso(until),
+            source=source,
+        )
+        return [
+            Hit(
+                content=h.content,
+                source=h.source,
+                start_line=h.start_line,
+                end_line=h.end_line,
+                created_at=h.created_at,
+                score=h.score,
+                id=h.id,
+                chat_id=h.chat_id,
+                heading=h.heading,
+            )
+            for h in hits
+        ]
+
+    async def asearch(self, query: str, top_k: int | None = None, **filters: Any) -> list[Hit]:
+        """`search` off the event loop (the Rust work releases the GIL)."""
+        import asyncio
+
+        return await asyncio.to_thread(self.search, query, top_k, **filters)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.store.stats())

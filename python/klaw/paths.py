@@ -1,0 +1,121 @@
+"""Where Klaw keeps things (design §9.1).
+
+Each base directory comes from its `KLAW_*_DIR` override, else `$XDG_*_HOME/klaw`,
+else the XDG fallback under the home directory. The workspace is `$KLAW_WORKSPACE`,
+else `~/klaw-workspace`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+_BASES = {
+    "config": ("KLAW_CONFIG_DIR", "XDG_CONFIG_HOME", ".config"),
+    "data": ("KLAW_DATA_DIR", "XDG_DATA_HOME", ".local/share"),
+    "state": ("KLAW_STATE_DIR", "XDG_STATE_HOME", ".local/state"),
+    "cache": ("KLAW_CACHE_DIR", "XDG_CACHE_HOME", ".cache"),
+}
+
+
+def _base(kind: str, env: Mapping[str, str], home: Path) -> Path:
+    override, xdg, fallback = _BASES[kind]
+    if env.get(override):
+        return Path(env[override]).expanduser()
+    # XDG says relative values are invalid and must be ignored.
+    xdg_value = env.get(xdg, "")
+    root = Path(xdg_value) if xdg_value and os.path.isabs(xdg_value) else home / fallback
+    return root / "klaw"
+
+
+@dataclass(frozen=True)
+class KlawPaths:
+    config_dir: Path
+    data_dir: Path
+    state_dir: Path
+    cache_dir: Path
+    workspace: Path
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KlawPaths:
+        env = os.environ if env is None else env
+        home = Path(env.get("HOME") or Path.home())
+        workspace = env.get("KLAW_WORKSPACE") or str(home / "klaw-workspace")
+        return cls(
+            config_dir=_base("config", env, home),
+            data_dir=_base("data", env, home),
+            state_dir=_base("state", env, home),
+            cache_dir=_base("cache", env, home),
+            workspace=Path(workspace).expanduser(),
+        )
+
+    # config
+    @property
+    def engine_config(self) -> Path:
+        return self.config_dir / "engine.yaml"
+
+    @property
+    def gateway_config(self) -> Path:
+        return self.config_dir / "gateway.yaml"
+
+    # data
+    @property
+    def conversations(self) -> Path:
+        return self.data_dir / "conversations"
+
+    @property
+    def summaries(self) -> Path:
+        return self.data_dir / "summaries"
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.data_dir / "memory"
+
+    @property
+    def core_memory(self) -> Path:
+        return self.memory_dir / "core_memory.json"
+
+    @property
+    def saved_memory(self) -> Path:
+        """Facts saved with `memory_save` / `klaw memory save`: the file behind them."""
+        return self.memory_dir / "saved.jsonl"
+
+    @property
+    def skills(self) -> Path:
+        return self.data_dir / "skills"
+
+    @property
+    def db(self) -> Path:
+        return self.data_dir / "klaw.db"
+
+    @property
+    def scheduler_db(self) -> Path:
+        return self.data_dir / "scheduler.db"
+
+    # state
+    @property
+    def socket(self) -> Path:
+        return self.state_dir / "engine.sock"
+
+    @property
+    def engine_lock(self) -> Path:
+        return self.state_dir / "engine.lock"
+
+    @property
+    def gateway_buffer(self) -> Path:
+        return self.state_dir / "gateway-buffer.jsonl"
+
+    @property
+    def logs(self) -> Path:
+        return self.state_dir / "logs"
+
+    # cache
+    @property
+    def models(self) -> Path:
+        return self.cache_dir / "models"
+
+    @property
+    def embeddings_cache(self) -> Path:
+        return self.cache_dir / "embeddings.db"

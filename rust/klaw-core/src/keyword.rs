@@ -1,0 +1,163 @@
+//! Archival keyword index: tantivy BM25 over text analysed by `analyze`.
+//!
+//! FTS5 must score every matching row of an OR query; tantivy's block-max WAND
+//! skips most of them, which is what keeps natural-language queries fast (see
+//! docs/decisions.md for the measurements). The index is derived data: it lives
+//! beside klaw.db and is rebuilt from `memory_chunks` whenever it disagrees.
+
+use crate::analyze::{analyze, analyze_joined, Mode};
+use crate::error::Result;
+use std::path::{Path, PathBuf};
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::schema::{
+    Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions,
+};
+use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
+use tantivy::{doc, Index, IndexReader, ReloadPolicy, Term};
+
+const TOKENIZER: &str = "klaw_pre";
+const WRITER_HEAP: usize = 20_000_000;
+
+pub struct KeywordIndex {
+    index: Index,
+    reader: IndexReader,
+    id: Field,
+    text: Field,
+    dir: PathBuf,
+}
+
+fn schema() -> (Schema, Field, Field) {
+    let mut b = Schema::builder();
+    let id = b.add_u64_field("id", NumericOptions::default().set_indexed().set_fast());
+    let text_opts = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(TOKENIZER)
+            .set_index_option(IndexRecordOption::WithFreqs),
+    );
+    let text = b.add_text_field("text", text_opts);
+    (b.build(), id, text)
+}
+
+impl KeywordIndex {
+    /// Opens the index in `dir`, creating it if absent. A directory that is not a
+    /// readable index is wiped and recreated: it holds nothing that isn't in klaw.db.
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let (schema, id, text) = schema();
+        let index = match Index::open_in_dir(dir) {
+            Ok(ix) if ix.schema() == schema => ix,
+            _ => {
+                std::fs::remove_dir_all(dir)?;
+                std::fs::create_dir_all(dir)?;
+                Index::create_in_dir(dir, schema)?
+            }
+        };
+        index
+            .tokenizers()
+            .register(TOKENIZER, TextAnalyzer::from(WhitespaceTokenizer::default()));
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        Ok(KeywordIndex { index, reader, id, text, dir: dir.to_path_buf() })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn num_docs(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// Deletes `remove` and adds `add` in one commit.
+    pub fn apply(&self, add: &[(i64, &str)], remove: &[i64]) -> Result<()> {
+        if add.is_empty() && remove.is_empty() {
+            return Ok(());
+        }
+        let mut w = self.index.writer_with_num_threads::<tantivy::TantivyDocument>(1, WRITER_HEAP)?;
+        for &r in remove {
+            w.delete_term(Term::from_field_u64(self.id, r as u64));
+        }
+        for &(id, text) in add {
+            w.add_document(doc!(self.id => id as u64, self.text => analyze_joined(text, Mode::Index)))?;
+        }
+        w.commit()?;
+        w.wait_merging_threads()?;
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// Replaces the whole content (used when the index disagrees with klaw.db).
+    pub fn rebuild<'a>(&self, docs: impl Iterator<Item = (i64, &'a str)>) -> Result<()> {
+        let mut w = self.index.writer_with_num_threads::<tantivy::TantivyDocument>(1, WRITER_HEAP)?;
+        w.delete_all_documents()?;
+        for (id, text) in docs {
+            w.add_document(doc!(self.id => id as u64, self.text => analyze_joined(text, Mode::Index)))?;
+        }
+        w.commit()?;
+        w.wait_merging_threads()?;
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// BM25 top-`k` ids for a natural-language query (terms OR-ed), best first.
+    pub fn search(&self, query: &str, k: usize) -> Result<Vec<(i64, f32)>> {
+        let mut terms = analyze(query, Mode::Query);
+        terms.sort();
+        terms.dedup();
+        if terms.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(
+                    Term::from_field_text(self.text, t),
+                    IndexRecordOption::WithFreqs,
+                ));
+                (Occur::Should, q)
+            })
+            .collect();
+        let q = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&q, &TopDocs::with_limit(k))?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, addr) in top {
+            let col = searcher.segment_reader(addr.segment_ord).fast_fields().u64("id")?;
+            if let Some(id) = col.first(addr.doc_id) {
+                out.push((id as i64, score));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multilingual_keyword_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let ix = KeywordIndex::open(dir.path()).unwrap();
+        ix.apply(
+            &[
+                (1, "Нужно улучшить работу памяти агента"),
+                (2, "我下周二要去看医生"),
+                (3, "The dogs were running in the park"),
+                (4, "Completely unrelated note about bread"),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(ix.search("память", 5).unwrap()[0].0, 1);
+        assert_eq!(ix.search("医生", 5).unwrap()[0].0, 2);
+        assert_eq!(ix.search("dog runs", 5).unwrap()[0].0, 3);
+        assert!(ix.search("zebra", 5).unwrap().is_empty());
+        ix.apply(&[], &[2]).unwrap();
+        assert!(ix.search("医生", 5).unwrap().is_empty());
+        assert_eq!(ix.num_docs(), 3);
+        drop(ix);
+        let ix = KeywordIndex::open(dir.path()).unwrap();
+        assert_eq!(ix.num_docs(), 3);
+    }
+}

@@ -1,0 +1,18 @@
+//! Klaw's Rust core: chunking, token counting, embeddings, the klaw.db store,
+//! hybrid search and reindex. No pyo3 here; `klaw-py` is the binding shell.
+
+pub mod analyze;
+pub mod chunk;
+pub mod embed;
+pub mod embcache;
+pub mod error;
+pub mod keyword;
+pub mod reindex;
+pub mod schema;
+pub mod search;
+pub mod store;
+pub mod timeutil;
+pub mod tokens;
+pub mod vindex;
+
+pub use error::{CoreError, Result};

@@ -1,0 +1,360 @@
+//! `klaw reindex`, the messages side: streams every `conversations/**/*.jsonl`
+//! into a fresh database in constant memory. A parser thread feeds batches to
+//! the writer so the two cores share the work; the full-text index is written
+//! in the same pass instead of a second `rebuild` pass over the content.
+
+use crate::error::{CoreError, Result};
+use crate::store::MessageRow;
+use crate::timeutil::parse_iso;
+use rusqlite::{params, Connection};
+use serde::Deserialize;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+#[derive(Debug, Clone)]
+pub struct Skipped {
+    pub path: String,
+    pub line: u64,
+    pub reason: String,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct ReindexStats {
+    pub files: u64,
+    pub lines: u64,
+    pub messages: u64,
+    pub duplicates: u64,
+    pub skipped: u64,
+    /// The first few skipped lines, for the report.
+    pub skipped_samples: Vec<Skipped>,
+    pub sessions: u64,
+    pub summaries: u64,
+}
+
+#[derive(Deserialize)]
+struct Line {
+    id: Value,
+    ts: String,
+    role: String,
+    content: Value,
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    meta: Option<Value>,
+}
+
+const ROLES: [&str; 4] = ["user", "assistant", "system", "tool"];
+
+/// Parses one JSONL line into a message of `chat_id`, or says why not.
+pub fn parse_line(raw: &[u8], chat_id: &str) -> std::result::Result<MessageRow, String> {
+    let text = std::str::from_utf8(raw).map_err(|_| "invalid UTF-8".to_string())?;
+    let text = text.trim_end_matches(['\n', '\r']);
+    if text.trim().is_empty() {
+        return Err("empty line".into());
+    }
+    let l: Line = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    let id = match l.id {
+        Value::String(s) if !s.is_empty() => s,
+        Value::Number(n) => n.to_string(),
+        _ => return Err("missing id".into()),
+    };
+    if parse_iso(&l.ts).is_none() {
+        return Err(format!("bad ts {:?}", l.ts));
+    }
+    if !ROLES.contains(&l.role.as_str()) {
+        return Err(format!("unknown role {:?}", l.role));
+    }
+    let content = match l.content {
+        Value::String(s) => s,
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let channel = l
+        .meta
+        .as_ref()
+        .and_then(|m| m.get("channel"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| chat_id.split('_').next().unwrap_or(chat_id).to_string());
+    Ok(MessageRow {
+        id,
+        channel,
+        chat_id: chat_id.to_string(),
+        role: l.role,
+        kind: l.kind,
+        content,
+        metadata: l.meta.map(|m| m.to_string()),
+        created_at: l.ts,
+    })
+}
+
+/// Every `*.jsonl` under `conversations/{chat}/`, chats and days in order.
+pub fn conversation_files(root: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    if !root.is_dir() {
+        return Ok(out);
+    }
+    let mut chats: Vec<_> = std::fs::read_dir(root)?.filter_map(std::result::Result::ok).collect();
+    chats.sort_by_key(std::fs::DirEntry::file_name);
+    for chat in chats {
+        if !chat.path().is_dir() {
+            continue;
+        }
+        let chat_id = chat.file_name().to_string_lossy().into_owned();
+        let mut days: Vec<_> = std::fs::read_dir(chat.path())?
+            .filter_map(std::result::Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .collect();
+        days.sort();
+        out.extend(days.into_iter().map(|p| (chat_id.clone(), p)));
+    }
+    Ok(out)
+}
+
+enum Batch {
+    Rows(Vec<MessageRow>, u64),
+    Skip(Skipped),
+    FileDone,
+}
+
+const BATCH: usize = 8192;
+
+fn parse_files(files: Vec<(String, PathBuf)>, tx: &mpsc::SyncSender<Batch>) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(4096);
+    for (chat_id, path) in files {
+        let f = std::fs::File::open(&path)?;
+        let mut r = BufReader::with_capacity(1 << 20, f);
+        let mut rows = Vec::with_capacity(BATCH);
+        let mut bytes = 0u64;
+        let mut line_no = 0u64;
+        loop {
+            buf.clear();
+            let n = r.read_until(b'\n', &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            bytes += n as u64;
+            match parse_line(&buf, &chat_id) {
+                Ok(m) => rows.push(m),
+                Err(reason) => {
+                    let torn = if buf.last() == Some(&b'\n') { "" } else { " (torn last line)" };
+                    let s = Skipped { path: path.display().to_string(), line: line_no, reason: reason + torn };
+                    if tx.send(Batch::Skip(s)).is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            if rows.len() == BATCH {
+                if tx.send(Batch::Rows(std::mem::take(&mut rows), bytes)).is_err() {
+                    return Ok(());
+                }
+                bytes = 0;
+            }
+        }
+        if tx.send(Batch::Rows(rows, bytes)).is_err() || tx.send(Batch::FileDone).is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Progress output on stderr (a plain bar; the GIL is released around this work).
+struct Progress {
+    total: u64,
+    done: u64,
+    shown: u64,
+    enabled: bool,
+}
+
+impl Progress {
+    fn add(&mut self, n: u64) {
+        self.done += n;
+        if !self.enabled || self.total == 0 {
+            return;
+        }
+        let pct = self.done * 100 / self.total;
+        if pct != self.shown {
+            self.shown = pct;
+            let bar = "#".repeat((pct / 4) as usize);
+            let mut e = std::io::stderr();
+            let _ = write!(e, "\rreindex messages [{bar:<25}] {pct:>3}%");
+            if pct >= 100 {
+                let _ = writeln!(e);
+            }
+        }
+    }
+}
+
+/// Fills `messages` (+ `messages_fts`), `sessions` and `summaries` of an already
+/// migrated, empty database from the files under `data_dir`.
+pub fn rebuild_messages(
+    conn: &mut Connection,
+    data_dir: &Path,
+    default_model: &str,
+    progress: bool,
+) -> Result<ReindexStats> {
+    let files = conversation_files(&data_dir.join("conversations"))?;
+    let total: u64 = files.iter().filter_map(|(_, p)| p.metadata().ok()).map(|m| m.len()).sum();
+    let mut stats = ReindexStats { files: files.len() as u64, ..Default::default() };
+    let mut prog = Progress { total, done: 0, shown: u64::MAX, enabled: progress };
+
+    // A fresh file that is swapped in only when complete: durability comes from
+    // the final fsync + rename, so the build itself skips the journal.
+    conn.execute_batch(
+        "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-65536; \
+         PRAGMA temp_store=MEMORY; DROP TRIGGER IF EXISTS messages_ai;",
+    )?;
+    // Fewer, larger FTS5 segments: flush the pending-terms hash less often.
+    let _ = conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', 0)", []);
+    let (tx, rx) = mpsc::sync_channel::<Batch>(4);
+    let parser = std::thread::spawn(move || parse_files(files, &tx));
+    let t = conn.transaction()?;
+    {
+        let mut ins = t.prepare(
+            "INSERT OR IGNORE INTO messages(id, channel, chat_id, role, type, content, metadata, created_at) \
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+        )?;
+        let mut fts = t.prepare("INSERT INTO messages_fts(rowid, content) VALUES (?1, ?2)")?;
+        for b in rx {
+            match b {
+                Batch::Rows(rows, bytes) => {
+                    for m in rows {
+                        stats.lines += 1;
+                        let n = ins.execute(params![
+                            m.id, m.channel, m.chat_id, m.role, m.kind, m.content, m.metadata, m.created_at
+                        ])?;
+                        if n == 0 {
+                            stats.duplicates += 1;
+                            continue;
+                        }
+                        fts.execute(params![t.last_insert_rowid(), m.content])?;
+                        stats.messages += 1;
+                    }
+                    prog.add(bytes);
+                }
+                Batch::Skip(s) => {
+                    stats.lines += 1;
+                    stats.skipped += 1;
+                    if stats.skipped_samples.len() < 50 {
+                        stats.skipped_samples.push(s);
+                    }
+                }
+                Batch::FileDone => {}
+            }
+        }
+    }
+    match parser.join() {
+        Ok(r) => r?,
+        Err(_) => return Err(CoreError::Io(std::io::Error::other("JSONL parser thread panicked"))),
+    }
+    // Sessions: the segment starts at the last session_break of each chat.
+    stats.sessions = t.execute(
+        "INSERT INTO sessions(chat_id, model, segment_start, created_at)
+         SELECT chat_id,
+                COALESCE((SELECT json_extract(b.metadata, '$.model') FROM messages b
+                          WHERE b.chat_id = m.chat_id AND b.type = 'session_break'
+                          ORDER BY b.created_at DESC LIMIT 1), ?1),
+                COALESCE((SELECT max(b.created_at) FROM messages b
+                          WHERE b.chat_id = m.chat_id AND b.type = 'session_break'), min(created_at)),
+                min(created_at)
+         FROM messages m GROUP BY chat_id",
+        [default_model],
+    )? as u64;
+    stats.summaries = insert_summaries(&t, &data_dir.join("summaries"))?;
+    t.commit()?;
+    conn.execute_batch(
+        "CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+             INSERT INTO messages_fts(rowid, content) VALUES (new.rowid, new.content);
+         END;",
+    )?;
+    let _ = conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', 4)", []);
+    if prog.enabled && prog.shown != 100 {
+        prog.shown = 99;
+        prog.done = prog.total;
+        prog.add(0);
+    }
+    Ok(stats)
+}
+
+/// `summaries/{chat_id}/{date}_{from}_{to}.md` → rows of `summaries`.
+fn insert_summaries(t: &rusqlite::Transaction<'_>, root: &Path) -> Result<u64> {
+    let mut n = 0;
+    if !root.is_dir() {
+        return Ok(0);
+    }
+    let mut chats: Vec<_> = std::fs::read_dir(root)?.filter_map(std::result::Result::ok).collect();
+    chats.sort_by_key(std::fs::DirEntry::file_name);
+    for chat in chats.into_iter().filter(|c| c.path().is_dir()) {
+        let chat_id = chat.file_name().to_string_lossy().into_owned();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(chat.path())?
+            .filter_map(std::result::Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        files.sort();
+        for p in files {
+            let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            // 2026-02-24_msg_001_050 → from msg_001 to msg_050, dated by the prefix.
+            let parts: Vec<&str> = stem.splitn(2, '_').collect();
+            let date = parts.first().copied().unwrap_or("");
+            let created = if parse_iso(date).is_some() {
+                format!("{date}T00:00:00Z")
+            } else {
+                crate::timeutil::format_iso(crate::timeutil::now_secs())
+            };
+            let (from, to) = parts.get(1).map_or((None, None), |rest| {
+                let bits: Vec<&str> = rest.split('_').collect();
+                if bits.len() == 3 {
+                    (Some(format!("{}_{}", bits[0], bits[1])), Some(format!("{}_{}", bits[0], bits[2])))
+                } else {
+                    (None, None)
+                }
+            });
+            t.execute(
+                "INSERT OR REPLACE INTO summaries(chat_id, from_message_id, to_message_id, file_path, created_at) \
+                 VALUES (?1,?2,?3,?4,?5)",
+                params![chat_id, from, to, p.display().to_string(), created],
+            )?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_line_cases() {
+        let ok = br#"{"id":"m1","ts":"2026-02-24T14:30:00Z","role":"user","content":"hi","meta":{"channel":"telegram"}}"#;
+        let m = parse_line(ok, "telegram_1").unwrap();
+        assert_eq!((m.id.as_str(), m.channel.as_str(), m.content.as_str()), ("m1", "telegram", "hi"));
+        assert!(parse_line(b"{\"id\":\"m1\",\"ts\":\"2026", "c").unwrap_err().starts_with("invalid JSON"));
+        assert_eq!(parse_line(b"\xff\xfe", "c").unwrap_err(), "invalid UTF-8");
+        let bad_role = br#"{"id":"m1","ts":"2026-02-24T14:30:00Z","role":"robot","content":"x"}"#;
+        assert!(parse_line(bad_role, "c").is_err());
+        let obj = br#"{"id":2,"ts":"2026-02-24T14:30:00Z","role":"tool","content":{"a":1}}"#;
+        let m = parse_line(obj, "cli_x").unwrap();
+        assert_eq!((m.id.as_str(), m.content.as_str(), m.channel.as_str()), ("2", "{\"a\":1}", "cli"));
+    }
+}
+
+/// Creates a new database at `db` (which must not exist) and fills its messages side.
+pub fn rebuild_into(db: &Path, data_dir: &Path, dim: usize, default_model: &str, progress: bool) -> Result<ReindexStats> {
+    if db.exists() {
+        return Err(CoreError::InvalidInput(format!("{} already exists; reindex builds into a new file", db.display())));
+    }
+    crate::store::register_sqlite_vec();
+    let mut conn = Connection::open(db)?;
+    crate::schema::migrate(&mut conn, dim)?;
+    let stats = rebuild_messages(&mut conn, data_dir, default_model, progress)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    drop(conn);
+    Ok(stats)
+}

@@ -1,0 +1,781 @@
+//! The klaw.db store: the only code that opens the file. One writer connection,
+//! one reader connection (WAL lets them run together), the in-memory int8 vector
+//! index and the tantivy keyword index, kept in step with the tables.
+
+use crate::error::{CoreError, Result};
+use crate::keyword::KeywordIndex;
+use crate::schema;
+use crate::search::{rrf, FusionParams};
+use crate::timeutil::parse_iso;
+use crate::vindex::VectorIndex;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once, RwLock};
+
+static VEC_INIT: Once = Once::new();
+
+/// Registers sqlite-vec (compiled in, never loaded from a file) for every connection.
+pub fn register_sqlite_vec() {
+    VEC_INIT.call_once(|| {
+        // SAFETY: sqlite3_vec_init has the signature sqlite3_auto_extension expects;
+        // the transmute only erases the argument types of the extern fn pointer.
+        unsafe {
+            #[allow(clippy::missing_transmute_annotations)]
+            rusqlite::ffi::sqlite3_auto_extension(Some(std::mem::transmute(
+                sqlite_vec::sqlite3_vec_init as *const (),
+            )));
+        }
+    });
+}
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn bytes_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A chunk to insert (its vector is passed alongside).
+#[derive(Clone, Debug)]
+pub struct NewChunk {
+    pub content: String,
+    pub start_line: Option<i64>,
+    pub end_line: Option<i64>,
+    pub heading: Option<String>,
+    pub chunk_hash: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Hit {
+    pub id: i64,
+    pub content: String,
+    pub source: String,
+    pub chat_id: Option<String>,
+    pub start_line: Option<i64>,
+    pub end_line: Option<i64>,
+    pub heading: Option<String>,
+    pub created_at: String,
+    pub score: f64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+    pub source: Option<String>,
+}
+
+impl Filter {
+    pub fn is_empty(&self) -> bool {
+        self.since.is_none() && self.until.is_none() && self.source.is_none()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct MessageRow {
+    pub id: String,
+    pub channel: String,
+    pub chat_id: String,
+    pub role: String,
+    pub kind: Option<String>,
+    pub content: String,
+    pub metadata: Option<String>,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct FileState {
+    pub hash: String,
+    pub mtime: f64,
+    pub size: i64,
+}
+
+struct ChunkMeta {
+    created: i64,
+    source: u32,
+}
+
+struct Inner {
+    writer: Mutex<Connection>,
+    reader: Mutex<Connection>,
+    vindex: VectorIndex,
+    meta: HashMap<i64, ChunkMeta>,
+    sources: Vec<String>,
+    source_ids: HashMap<String, u32>,
+    keyword: KeywordIndex,
+}
+
+impl Inner {
+    fn intern(&mut self, source: &str) -> u32 {
+        if let Some(&i) = self.source_ids.get(source) {
+            return i;
+        }
+        let i = self.sources.len() as u32;
+        self.sources.push(source.to_string());
+        self.source_ids.insert(source.to_string(), i);
+        i
+    }
+
+    fn allows(&self, id: i64, f: &Filter, source: Option<u32>) -> bool {
+        let Some(m) = self.meta.get(&id) else { return false };
+        f.since.is_none_or(|s| m.created >= s)
+            && f.until.is_none_or(|u| m.created <= u)
+            && (f.source.is_none() || Some(m.source) == source)
+    }
+}
+
+pub struct Store {
+    path: PathBuf,
+    dim: usize,
+    threads: usize,
+    inner: RwLock<Option<Inner>>,
+}
+
+fn open_conn(path: &Path, write: bool) -> Result<Connection> {
+    register_sqlite_vec();
+    let flags = if write {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    Ok(conn)
+}
+
+fn corrupt_or(e: rusqlite::Error, path: &Path) -> CoreError {
+    use rusqlite::ErrorCode;
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => CoreError::Corrupt(format!(
+            "{} is damaged ({e}); stop the engine and run `klaw reindex` to rebuild it from files",
+            path.display()
+        )),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => CoreError::Locked(format!(
+            "{} is locked by another process ({e}); is the engine running?",
+            path.display()
+        )),
+        _ => CoreError::Sqlite(e),
+    }
+}
+
+/// The keyword index directory that belongs to a database file.
+pub fn keyword_dir_for(db: &Path) -> PathBuf {
+    let mut name = db.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
+    name.push(".keyword");
+    db.with_file_name(name)
+}
+
+impl Store {
+    /// Opens (creating and migrating if needed) the database at `path`.
+    pub fn open(path: &Path, dim: usize, threads: usize) -> Result<Store> {
+        if dim == 0 || dim > 4096 {
+            return Err(CoreError::InvalidInput(format!("invalid vector dimension {dim}")));
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut writer = open_conn(path, true)?;
+        let setup = |c: &mut Connection| -> rusqlite::Result<()> {
+            c.pragma_update(None, "journal_mode", "WAL")?;
+            c.pragma_update(None, "synchronous", "NORMAL")?;
+            c.pragma_update(None, "foreign_keys", "ON")?;
+            c.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))?;
+            Ok(())
+        };
+        setup(&mut writer).map_err(|e| corrupt_or(e, path))?;
+        schema::migrate(&mut writer, dim).map_err(|e| match e {
+            CoreError::Sqlite(s) => corrupt_or(s, path),
+            other => other,
+        })?;
+        let reader = open_conn(path, false)?;
+        reader.pragma_update(None, "foreign_keys", "ON")?;
+        let keyword = KeywordIndex::open(&keyword_dir_for(path))?;
+        let mut inner = Inner {
+            writer: Mutex::new(writer),
+            reader: Mutex::new(reader),
+            vindex: VectorIndex::new(dim),
+            meta: HashMap::new(),
+            sources: Vec::new(),
+            source_ids: HashMap::new(),
+            keyword,
+        };
+        Self::load(&mut inner, dim, path)?;
+        Ok(Store { path: path.to_path_buf(), dim, threads: threads.max(1), inner: RwLock::new(Some(inner)) })
+    }
+
+    /// Loads the in-memory indexes from the tables; rebuilds the keyword index if it
+    /// disagrees with `memory_chunks` (a crash between the two commits, or a copy).
+    fn load(inner: &mut Inner, dim: usize, path: &Path) -> Result<()> {
+        let mut rows: Vec<(i64, String, String)> = Vec::new();
+        {
+            let w = inner.writer.get_mut().map_err(|_| CoreError::Closed)?;
+            let mut st = w
+                .prepare("SELECT id, source, created_at FROM memory_chunks")
+                .map_err(|e| corrupt_or(e, path))?;
+            let it = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            for r in it {
+                rows.push(r.map_err(|e| corrupt_or(e, path))?);
+            }
+        }
+        for (id, source, created) in &rows {
+            let s = inner.intern(source);
+            inner.meta.insert(*id, ChunkMeta { created: parse_iso(created).unwrap_or(0), source: s });
+        }
+        {
+            let w = inner.writer.get_mut().map_err(|_| CoreError::Closed)?;
+            let mut st = w.prepare("SELECT rowid, embedding FROM vec_memory")?;
+            let mut q = st.query([])?;
+            while let Some(r) = q.next()? {
+                let id: i64 = r.get(0)?;
+                let blob: Vec<u8> = r.get(1)?;
+                if blob.len() == dim * 4 {
+                    inner.vindex.upsert(id, &bytes_f32(&blob));
+                }
+            }
+        }
+        if inner.keyword.num_docs() != rows.len() as u64 {
+            let w = inner.writer.get_mut().map_err(|_| CoreError::Closed)?;
+            let mut st = w.prepare("SELECT id, content FROM memory_chunks")?;
+            let docs: Vec<(i64, String)> =
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
+            inner.keyword.rebuild(docs.iter().map(|(i, c)| (*i, c.as_str())))?;
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Inner) -> Result<T>) -> Result<T> {
+        let g = self.inner.read().map_err(|_| CoreError::Closed)?;
+        f(g.as_ref().ok_or(CoreError::Closed)?)
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+        let mut g = self.inner.write().map_err(|_| CoreError::Closed)?;
+        f(g.as_mut().ok_or(CoreError::Closed)?)
+    }
+
+    /// Closes the connections; later calls fail with `Closed`.
+    pub fn close(&self) -> Result<()> {
+        let mut g = self.inner.write().map_err(|_| CoreError::Closed)?;
+        if let Some(inner) = g.take() {
+            // A checkpoint leaves a compact file for backups and `reindex` swaps.
+            let _ = inner.writer.lock().map(|w| w.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)"));
+            drop(inner);
+        }
+        Ok(())
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.inner.read().map_or(true, |g| g.is_none())
+    }
+
+    fn check_vectors(&self, n: usize, vectors: &[f32]) -> Result<()> {
+        if vectors.len() != n * self.dim {
+            return Err(CoreError::InvalidInput(format!(
+                "expected {n} vectors of dimension {} ({} floats), got {} floats",
+                self.dim,
+                n * self.dim,
+                vectors.len()
+            )));
+        }
+        if vectors.iter().any(|x| !x.is_finite()) {
+            return Err(CoreError::InvalidInput("vector contains NaN or infinity".into()));
+        }
+        Ok(())
+    }
+
+    fn insert_chunks(
+        tx: &rusqlite::Transaction<'_>,
+        dim: usize,
+        source: &str,
+        chat_id: Option<&str>,
+        created_at: &str,
+        file_id: Option<i64>,
+        chunks: &[NewChunk],
+        vectors: &[f32],
+    ) -> Result<Vec<i64>> {
+        let mut ids = Vec::with_capacity(chunks.len());
+        let mut ins = tx.prepare_cached(
+            "INSERT INTO memory_chunks(source, chat_id, content, created_at, file_id, start_line, \
+             end_line, heading, chunk_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        let mut vins = tx.prepare_cached("INSERT INTO vec_memory(rowid, embedding) VALUES (?1, ?2)")?;
+        for (i, c) in chunks.iter().enumerate() {
+            ins.execute(params![
+                source,
+                chat_id,
+                c.content,
+                created_at,
+                file_id,
+                c.start_line,
+                c.end_line,
+                c.heading,
+                c.chunk_hash
+            ])?;
+            let id = tx.last_insert_rowid();
+            vins.execute(params![id, f32_bytes(&vectors[i * dim..(i + 1) * dim])])?;
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    fn after_insert(
+        inner: &mut Inner,
+        ids: &[i64],
+        removed: &[i64],
+        source: &str,
+        created_at: &str,
+        chunks: &[NewChunk],
+        vectors: &[f32],
+        dim: usize,
+    ) -> Result<()> {
+        for r in removed {
+            inner.vindex.remove(*r);
+            inner.meta.remove(r);
+        }
+        let s = inner.intern(source);
+        let created = parse_iso(created_at).unwrap_or(0);
+        for (i, id) in ids.iter().enumerate() {
+            inner.vindex.upsert(*id, &vectors[i * dim..(i + 1) * dim]);
+            inner.meta.insert(*id, ChunkMeta { created, source: s });
+        }
+        let add: Vec<(i64, &str)> =
+            ids.iter().zip(chunks).map(|(i, c)| (*i, c.content.as_str())).collect();
+        inner.keyword.apply(&add, removed)
+    }
+
+    /// Adds chunks that belong to no file (saved facts, conversation excerpts).
+    pub fn add_chunks(
+        &self,
+        source: &str,
+        chat_id: Option<&str>,
+        created_at: &str,
+        chunks: &[NewChunk],
+        vectors: &[f32],
+    ) -> Result<Vec<i64>> {
+        self.check_vectors(chunks.len(), vectors)?;
+        if parse_iso(created_at).is_none() {
+            return Err(CoreError::InvalidInput(format!("created_at is not ISO 8601: {created_at:?}")));
+        }
+        let dim = self.dim;
+        self.write(|inner| {
+            let tx = inner.writer.get_mut().map_err(|_| CoreError::Closed)?.transaction()?;
+            let ids = Self::insert_chunks(&tx, dim, source, chat_id, created_at, None, chunks, vectors)?;
+            tx.commit()?;
+            Self::after_insert(inner, &ids, &[], source, created_at, chunks, vectors, dim)?;
+            Ok(ids)
+        })
+    }
+
+    pub fn file_state(&self, path: &str) -> Result<Option<FileState>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            Ok(r.query_row(
+                "SELECT hash, mtime, size FROM files WHERE path = ?1",
+                [path],
+                |r| Ok(FileState { hash: r.get(0)?, mtime: r.get(1)?, size: r.get(2)? }),
+            )
+            .optional()?)
+        })
+    }
+
+    /// Replaces every chunk of `path` in one transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub fn replace_file(
+        &self,
+        path: &str,
+        source: &str,
+        state: &FileState,
+        created_at: &str,
+        chunks: &[NewChunk],
+        vectors: &[f32],
+    ) -> Result<Vec<i64>> {
+        self.check_vectors(chunks.len(), vectors)?;
+        let dim = self.dim;
+        let now = crate::timeutil::format_iso(crate::timeutil::now_secs());
+        self.write(|inner| {
+            let tx = inner.writer.get_mut().map_err(|_| CoreError::Closed)?.transaction()?;
+            let removed = Self::delete_file_rows(&tx, path)?;
+            tx.execute(
+                "INSERT INTO files(path, source, hash, mtime, size, indexed_at) VALUES (?1,?2,?3,?4,?5,?6)",
+                params![path, source, state.hash, state.mtime, state.size, now],
+            )?;
+            let file_id = tx.last_insert_rowid();
+            let ids = Self::insert_chunks(&tx, dim, source, None, created_at, Some(file_id), chunks, vectors)?;
+            tx.commit()?;
+            Self::after_insert(inner, &ids, &removed, source, created_at, chunks, vectors, dim)?;
+            Ok(ids)
+        })
+    }
+
+    fn delete_file_rows(tx: &rusqlite::Transaction<'_>, path: &str) -> Result<Vec<i64>> {
+        let mut st = tx.prepare_cached(
+            "SELECT c.id FROM memory_chunks c JOIN files f ON c.file_id = f.id WHERE f.path = ?1",
+        )?;
+        let removed: Vec<i64> = st.query_map([path], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let mut del = tx.prepare_cached("DELETE FROM vec_memory WHERE rowid = ?1")?;
+        for id in &removed {
+            del.execute([id])?;
+        }
+        // memory_chunks rows go with the files row (ON DELETE CASCADE).
+        tx.execute("DELETE FROM files WHERE path = ?1", [path])?;
+        Ok(removed)
+    }
+
+    /// Forgets a file that was deleted from the workspace. Returns chunks removed.
+    pub fn remove_file(&self, path: &str) -> Result<usize> {
+        self.write(|inner| {
+            let tx = inner.writer.get_mut().map_err(|_| CoreError::Closed)?.transaction()?;
+            let removed = Self::delete_file_rows(&tx, path)?;
+            tx.commit()?;
+            for r in &removed {
+                inner.vindex.remove(*r);
+                inner.meta.remove(r);
+            }
+            inner.keyword.apply(&[], &removed)?;
+            Ok(removed.len())
+        })
+    }
+
+    pub fn list_files(&self) -> Result<Vec<(String, String, FileState)>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            let mut st = r.prepare("SELECT path, source, hash, mtime, size FROM files ORDER BY path")?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok((r.get(0)?, r.get(1)?, FileState { hash: r.get(2)?, mtime: r.get(3)?, size: r.get(4)? }))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
+        })
+    }
+
+    pub fn count_chunks(&self) -> Result<usize> {
+        self.read(|inner| Ok(inner.meta.len()))
+    }
+
+    fn source_filter(inner: &Inner, f: &Filter) -> Option<u32> {
+        f.source.as_ref().and_then(|s| inner.source_ids.get(s).copied())
+    }
+
+    fn vector_ids(&self, inner: &Inner, query: &[f32], k: usize, f: &Filter) -> Result<Vec<(i64, f32)>> {
+        if query.len() != self.dim {
+            return Err(CoreError::InvalidInput(format!(
+                "query vector has dimension {}, expected {}",
+                query.len(),
+                self.dim
+            )));
+        }
+        let src = Self::source_filter(inner, f);
+        if f.source.is_some() && src.is_none() {
+            return Ok(Vec::new());
+        }
+        let allow = |id: i64| f.is_empty() || inner.allows(id, f, src);
+        // int8 candidates, then exact float rescoring from vec_memory.
+        let cands = inner.vindex.search(query, (k * 4).max(40), self.threads, &allow);
+        let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+        let mut st = r.prepare_cached("SELECT embedding FROM vec_memory WHERE rowid = ?1")?;
+        let mut exact = Vec::with_capacity(cands.len());
+        for (id, approx) in cands {
+            let blob: Option<Vec<u8>> = st.query_row([id], |r| r.get(0)).optional()?;
+            let score = blob.map_or(approx, |b| {
+                bytes_f32(&b).iter().zip(query).map(|(a, b)| a * b).sum::<f32>()
+            });
+            exact.push((id, score));
+        }
+        exact.sort_by(|a, b| b.1.total_cmp(&a.1));
+        exact.truncate(k);
+        Ok(exact)
+    }
+
+    fn keyword_ids(inner: &Inner, text: &str, k: usize, f: &Filter) -> Result<Vec<(i64, f32)>> {
+        if f.is_empty() {
+            return inner.keyword.search(text, k);
+        }
+        let src = Self::source_filter(inner, f);
+        if f.source.is_some() && src.is_none() {
+            return Ok(Vec::new());
+        }
+        // Over-fetch, then filter by the in-memory metadata.
+        let mut want = k * 8;
+        loop {
+            let got = inner.keyword.search(text, want)?;
+            let full = got.len() < want;
+            let kept: Vec<_> = got.into_iter().filter(|(id, _)| inner.allows(*id, f, src)).collect();
+            if kept.len() >= k || full || want > 100_000 {
+                return Ok(kept.into_iter().take(k).collect());
+            }
+            want *= 8;
+        }
+    }
+
+    /// Exact-rescored vector search: (id, cosine) best first.
+    pub fn vector_search(&self, query: &[f32], k: usize, f: &Filter) -> Result<Vec<(i64, f32)>> {
+        self.read(|inner| self.vector_ids(inner, query, k, f))
+    }
+
+    /// BM25 keyword search over archival memory: (id, score) best first.
+    pub fn keyword_search(&self, text: &str, k: usize, f: &Filter) -> Result<Vec<(i64, f32)>> {
+        self.read(|inner| Self::keyword_ids(inner, text, k, f))
+    }
+
+    /// sqlite-vec's own float KNN (the design's reference path; used to measure recall).
+    pub fn vector_search_exact(&self, query: &[f32], k: usize) -> Result<Vec<(i64, f32)>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            let mut st = r.prepare_cached(
+                "SELECT rowid, distance FROM vec_memory WHERE embedding MATCH ?1 AND k = ?2 ORDER BY distance",
+            )?;
+            let rows = st
+                .query_map(params![f32_bytes(query), k as i64], |r| {
+                    let d: f64 = r.get(1)?;
+                    // L2 distance between unit vectors -> cosine.
+                    Ok((r.get::<_, i64>(0)?, (1.0 - d * d / 2.0) as f32))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
+        })
+    }
+
+    /// Hybrid search: vector and keyword candidates fused by weighted RRF.
+    pub fn search(
+        &self,
+        query_vec: Option<&[f32]>,
+        query_text: &str,
+        top_k: usize,
+        p: &FusionParams,
+        f: &Filter,
+    ) -> Result<Vec<Hit>> {
+        self.read(|inner| {
+            let v = match query_vec {
+                Some(q) => self.vector_ids(inner, q, p.candidates, f)?,
+                None => Vec::new(),
+            };
+            let k = Self::keyword_ids(inner, query_text, p.candidates, f)?;
+            let fused = rrf(&v, &k, p, top_k);
+            Self::fetch(inner, &fused)
+        })
+    }
+
+    fn fetch(inner: &Inner, scored: &[(i64, f64)]) -> Result<Vec<Hit>> {
+        let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+        let mut st = r.prepare_cached(
+            "SELECT c.content, COALESCE(f.path, c.source), c.chat_id, c.start_line, c.end_line, c.heading, \
+             c.created_at FROM memory_chunks c LEFT JOIN files f ON c.file_id = f.id WHERE c.id = ?1",
+        )?;
+        let mut hits = Vec::with_capacity(scored.len());
+        for &(id, score) in scored {
+            let row = st
+                .query_row([id], |r| {
+                    Ok(Hit {
+                        id,
+                        content: r.get(0)?,
+                        source: r.get(1)?,
+                        chat_id: r.get(2)?,
+                        start_line: r.get(3)?,
+                        end_line: r.get(4)?,
+                        heading: r.get(5)?,
+                        created_at: r.get(6)?,
+                        score,
+                    })
+                })
+                .optional()?;
+            hits.extend(row);
+        }
+        Ok(hits)
+    }
+
+    pub fn get_chunks(&self, ids: &[i64]) -> Result<Vec<Hit>> {
+        self.read(|inner| {
+            let scored: Vec<(i64, f64)> = ids.iter().map(|i| (*i, 0.0)).collect();
+            Self::fetch(inner, &scored)
+        })
+    }
+
+    // --- messages (recall memory) ---
+
+    /// Inserts messages; an id already present is skipped (redelivery is harmless).
+    /// Returns how many were new.
+    pub fn insert_messages(&self, rows: &[MessageRow]) -> Result<usize> {
+        self.write(|inner| {
+            let tx = inner.writer.get_mut().map_err(|_| CoreError::Closed)?.transaction()?;
+            let mut n = 0;
+            {
+                let mut st = tx.prepare_cached(
+                    "INSERT OR IGNORE INTO messages(id, channel, chat_id, role, type, content, metadata, \
+                     created_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+                )?;
+                for m in rows {
+                    n += st.execute(params![
+                        m.id, m.channel, m.chat_id, m.role, m.kind, m.content, m.metadata, m.created_at
+                    ])?;
+                }
+            }
+            tx.commit()?;
+            Ok(n)
+        })
+    }
+
+    pub fn count_messages(&self) -> Result<i64> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            Ok(r.query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?)
+        })
+    }
+
+    /// The last `limit` messages of a chat after `since` (segment start), oldest first.
+    pub fn recent_messages(&self, chat_id: &str, since: Option<&str>, limit: usize) -> Result<Vec<MessageRow>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            let mut st = r.prepare_cached(
+                "SELECT id, channel, chat_id, role, type, content, metadata, created_at FROM messages \
+                 WHERE chat_id = ?1 AND created_at >= ?2 ORDER BY created_at DESC, rowid DESC LIMIT ?3",
+            )?;
+            let mut rows: Vec<MessageRow> = st
+                .query_map(params![chat_id, since.unwrap_or(""), limit as i64], row_to_message)?
+                .collect::<rusqlite::Result<_>>()?;
+            rows.reverse();
+            Ok(rows)
+        })
+    }
+
+    /// Full-text search over messages (FTS5, unicode61), best first.
+    pub fn search_messages(&self, query: &str, limit: usize) -> Result<Vec<MessageRow>> {
+        let fts = fts5_or_query(query);
+        if fts.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            let mut st = r.prepare_cached(
+                "SELECT m.id, m.channel, m.chat_id, m.role, m.type, m.content, m.metadata, m.created_at \
+                 FROM messages_fts JOIN messages m ON m.rowid = messages_fts.rowid \
+                 WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2",
+            )?;
+            let rows = st
+                .query_map(params![fts, limit as i64], row_to_message)?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
+        })
+    }
+
+    pub fn upsert_session(&self, chat_id: &str, model: &str, segment_start: &str, created_at: &str) -> Result<()> {
+        self.write(|inner| {
+            inner.writer.get_mut().map_err(|_| CoreError::Closed)?.execute(
+                "INSERT INTO sessions(chat_id, model, segment_start, created_at) VALUES (?1,?2,?3,?4) \
+                 ON CONFLICT(chat_id) DO UPDATE SET model = excluded.model, segment_start = excluded.segment_start",
+                params![chat_id, model, segment_start, created_at],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn get_session(&self, chat_id: &str) -> Result<Option<(String, String, String)>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            Ok(r.query_row(
+                "SELECT model, segment_start, created_at FROM sessions WHERE chat_id = ?1",
+                [chat_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?)
+        })
+    }
+
+    pub fn add_summary(&self, chat_id: &str, from_id: Option<&str>, to_id: Option<&str>, file_path: &str, created_at: &str) -> Result<()> {
+        self.write(|inner| {
+            inner.writer.get_mut().map_err(|_| CoreError::Closed)?.execute(
+                "INSERT OR REPLACE INTO summaries(chat_id, from_message_id, to_message_id, file_path, created_at) \
+                 VALUES (?1,?2,?3,?4,?5)",
+                params![chat_id, from_id, to_id, file_path, created_at],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn meta_get(&self, key: &str) -> Result<Option<String>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            Ok(r.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+        })
+    }
+
+    pub fn meta_set(&self, key: &str, value: &str) -> Result<()> {
+        self.write(|inner| {
+            inner.writer.get_mut().map_err(|_| CoreError::Closed)?.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+                params![key, value],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Table name -> row count, for `klaw doctor` and tests.
+    pub fn stats(&self) -> Result<Vec<(String, i64)>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            let mut out = Vec::new();
+            for t in ["messages", "sessions", "summaries", "files", "memory_chunks", "doc_chunks"] {
+                out.push((t.to_string(), r.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))?));
+            }
+            out.push(("keyword_docs".into(), inner.keyword.num_docs() as i64));
+            out.push(("vectors".into(), inner.vindex.len() as i64));
+            Ok(out)
+        })
+    }
+
+    /// SQLite's integrity check plus our own cross-checks; empty when healthy.
+    pub fn integrity_check(&self) -> Result<Vec<String>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            let mut problems = Vec::new();
+            let mut st = r.prepare("PRAGMA integrity_check")?;
+            for row in st.query_map([], |r| r.get::<_, String>(0))? {
+                let s = row?;
+                if s != "ok" {
+                    problems.push(s);
+                }
+            }
+            let chunks: i64 = r.query_row("SELECT count(*) FROM memory_chunks", [], |r| r.get(0))?;
+            let vecs: i64 = r.query_row("SELECT count(*) FROM vec_memory", [], |r| r.get(0))?;
+            if chunks != vecs {
+                problems.push(format!("memory_chunks has {chunks} rows but vec_memory has {vecs}"));
+            }
+            Ok(problems)
+        })
+    }
+}
+
+fn row_to_message(r: &rusqlite::Row<'_>) -> rusqlite::Result<MessageRow> {
+    Ok(MessageRow {
+        id: r.get(0)?,
+        channel: r.get(1)?,
+        chat_id: r.get(2)?,
+        role: r.get(3)?,
+        kind: r.get(4)?,
+        content: r.get(5)?,
+        metadata: r.get(6)?,
+        created_at: r.get(7)?,
+    })
+}
+
+/// Turns free text into a safe FTS5 OR query of quoted terms.
+pub fn fts5_or_query(text: &str) -> String {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| format!("\"{w}\""))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}

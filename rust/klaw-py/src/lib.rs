@@ -1,0 +1,21 @@
+//! The `klaw._core` extension: thin adapters over `klaw-core`.
+use pyo3::prelude::*;
+
+mod chunk;
+mod embed;
+mod errors;
+mod reindex;
+mod store;
+mod tokens;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    chunk::register(m)?;
+    tokens::register(m)?;
+    store::register(m)?;
+    embed::register(m)?;
+    reindex::register(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! `Store`, `Hit`: the klaw.db API for Python. Every call releases the GIL.
+
+use crate::errors::to_py;
+use klaw_core::search::FusionParams;
+use klaw_core::store::{FileState, Filter, MessageRow, NewChunk, Store};
+use klaw_core::timeutil::parse_iso;
+use klaw_core::CoreError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::path::PathBuf;
+
+#[pyclass(frozen, get_all, module = "klaw._core", name = "Hit")]
+pub struct PyHit {
+    pub id: i64,
+    pub content: String,
+    pub source: String,
+    pub chat_id: Option<String>,
+    pub start_line: Option<i64>,
+    pub end_line: Option<i64>,
+    pub heading: Option<String>,
+    pub created_at: String,
+    pub score: f64,
+}
+
+#[pymethods]
+impl PyHit {
+    fn __repr__(&self) -> String {
+        format!("Hit(id={}, source={:?}, score={:.4})", self.id, self.source, self.score)
+    }
+}
+
+impl From<klaw_core::store::Hit> for PyHit {
+    fn from(h: klaw_core::store::Hit) -> Self {
+        PyHit {
+            id: h.id,
+            content: h.content,
+            source: h.source,
+            chat_id: h.chat_id,
+            start_line: h.start_line,
+            end_line: h.end_line,
+            heading: h.heading,
+            created_at: h.created_at,
+            score: h.score,
+        }
+    }
+}
+
+pub type ChunkTuple = (String, Option<i64>, Option<i64>, Option<String>, String);
+pub type MessageTuple = (String, String, String, String, Option<String>, String, Option<String>, String);
+
+fn chunks_from(t: Vec<ChunkTuple>) -> Vec<NewChunk> {
+    t.into_iter()
+        .map(|(content, start_line, end_line, heading, chunk_hash)| NewChunk {
+            content,
+            start_line,
+            end_line,
+            heading,
+            chunk_hash,
+        })
+        .collect()
+}
+
+pub fn floats(b: &[u8]) -> PyResult<Vec<f32>> {
+    if b.len() % 4 != 0 {
+        return Err(to_py(CoreError::InvalidInput(format!(
+            "vector buffer of {} bytes is not float32 data",
+            b.len()
+        ))));
+    }
+    Ok(klaw_core::store::bytes_f32(b))
+}
+
+fn iso(name: &str, v: Option<String>) -> PyResult<Option<i64>> {
+    v.map(|s| {
+        parse_iso(&s).ok_or_else(|| to_py(CoreError::InvalidInput(format!("{name} is not an ISO 8601 time: {s:?}"))))
+    })
+    .transpose()
+}
+
+fn msg_tuple(m: MessageRow) -> MessageTuple {
+    (m.id, m.channel, m.chat_id, m.role, m.kind, m.content, m.metadata, m.created_at)
+}
+
+#[pyclass(frozen, module = "klaw._core", name = "Store")]
+pub struct PyStore {
+    inner: Store,
+}
+
+#[pymethods]
+impl PyStore {
+    #[new]
+    #[pyo3(signature = (path, dim = 384, threads = 2))]
+    fn new(py: Python<'_>, path: PathBuf, dim: usize, threads: usize) -> PyResult<Self> {
+        let inner = py.detach(|| Store::open(&path, dim, threads)).map_err(to_py)?;
+        Ok(PyStore { inner })
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.close()).map_err(to_py)
+    }
+
+    fn file_state(&self, py: Python<'_>, path: String) -> PyResult<Option<(String, f64, i64)>> {
+        let s = py.detach(|| self.inner.file_state(&path)).map_err(to_py)?;
+        Ok(s.map(|s| (s.hash, s.mtime, s.size)))
+    }
+
+    fn list_files(&self, py: Python<'_>) -> PyResult<Vec<(String, String, String, f64, i64)>> {
+        let rows = py.detach(|| self.inner.list_files()).map_err(to_py)?;
+        Ok(rows.into_iter().map(|(p, src, s)| (p, src, s.hash, s.mtime, s.size)).collect())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (path, source, hash, mtime, size, created_at, chunks, vectors))]
+    fn replace_file(
+        &self,
+        py: Python<'_>,
+        path: String,
+        source: String,
+        hash: String,
+        mtime: f64,
+        size: i64,
+        created_at: String,
+        chunks: Vec<ChunkTuple>,
+        vectors: &[u8],
+    ) -> PyResult<Vec<i64>> {
+        let v = floats(vectors)?;
+        let chunks = chunks_from(chunks);
+        let state = FileState { hash, mtime, size };
+        py.detach(|| self.inner.replace_file(&path, &source, &state, &created_at, &chunks, &v)).map_err(to_py)
+    }
+
+    fn remove_file(&self, py: Python<'_>, path: String) -> PyResult<usize> {
+        py.detach(|| self.inner.remove_file(&path)).map_err(to_py)
+    }
+
+    #[pyo3(signature = (source, chat_id, created_at, chunks, vectors))]
+    fn add_chunks(
+        &self,
+        py: Python<'_>,
+        source: String,
+        chat_id: Option<String>,
+        created_at: String,
+        chunks: Vec<ChunkTuple>,
+        vectors: &[u8],
+    ) -> PyResult<Vec<i64>> {
+        let v = floats(vectors)?;
+        let chunks = chunks_from(chunks);
+        py.detach(|| self.inner.add_chunks(&source, chat_id.as_deref(), &created_at, &chunks, &v))
+            .map_err(to_py)
+    }
+
+    fn count_chunks(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.inner.count_chunks()).map_err(to_py)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (query_vec, query_text, top_k = 10, candidates = 20, rrf_k = 60.0,
+                        vector_weight = 1.0, keyword_weight = 1.0, since = None, until = None, source = None))]
+    fn search(
+        &self,
+        py: Python<'_>,
+        query_vec: Option<&[u8]>,
+        query_text: String,
+        top_k: usize,
+        candidates: usize,
+        rrf_k: f64,
+        vector_weight: f64,
+        keyword_weight: f64,
+        since: Option<String>,
+        until: Option<String>,
+        source: Option<String>,
+    ) -> PyResult<Vec<PyHit>> {
+        let q = query_vec.map(floats).transpose()?;
+        let f = Filter { since: iso("since", since)?, until: iso("until", until)?, source };
+        let p = FusionParams { candidates: candidates.max(top_k), rrf_k, vector_weight, keyword_weight };
+        let hits = py
+            .detach(|| self.inner.search(q.as_deref(), &query_text, top_k, &p, &f))
+            .map_err(to_py)?;
+        Ok(hits.into_iter().map(PyHit::from).collect())
+    }
+
+    #[pyo3(signature = (query_vec, k = 10, since = None, until = None, source = None))]
+    fn vector_search(
+        &self,
+        py: Python<'_>,
+        query_vec: &[u8],
+        k: usize,
+        since: Option<String>,
+        until: Option<String>,
+        source: Option<String>,
+    ) -> PyResult<Vec<(i64, f32)>> {
+        let q = floats(query_vec)?;
+        let f = Filter { since: iso("since", since)?, until: iso("until", until)?, source };
+        py.detach(|| self.inner.vector_search(&q, k, &f)).map_err(to_py)
+    }
+
+    #[pyo3(signature = (query_vec, k = 10))]
+    fn vector_search_exact(&self, py: Python<'_>, query_vec: &[u8], k: usize) -> PyResult<Vec<(i64, f32)>> {
+        let q = floats(query_vec)?;
+        py.detach(|| self.inner.vector_search_exact(&q, k)).map_err(to_py)
+    }
+
+    #[pyo3(signature = (text, k = 10, since = None, until = None, source = None))]
+    fn keyword_search(
+        &self,
+        py: Python<'_>,
+        text: String,
+        k: usize,
+        since: Option<String>,
+        until: Option<String>,
+        source: Option<String>,
+    ) -> PyResult<Vec<(i64, f32)>> {
+        let f = Filter { since: iso("since", since)?, until: iso("until", until)?, source };
+        py.detach(|| self.inner.keyword_search(&text, k, &f)).map_err(to_py)
+    }
+
+    fn get_chunks(&self, py: Python<'_>, ids: Vec<i64>) -> PyResult<Vec<PyHit>> {
+        let hits = py.detach(|| self.inner.get_chunks(&ids)).map_err(to_py)?;
+        Ok(hits.into_iter().map(PyHit::from).collect())
+    }
+
+    fn insert_messages(&self, py: Python<'_>, rows: Vec<MessageTuple>) -> PyResult<usize> {
+        let rows: Vec<MessageRow> = rows
+            .into_iter()
+            .map(|(id, channel, chat_id, role, kind, content, metadata, created_at)| MessageRow {
+                id,
+                channel,
+                chat_id,
+                role,
+                kind,
+                content,
+                metadata,
+                created_at,
+            })
+            .collect();
+        py.detach(|| self.inner.insert_messages(&rows)).map_err(to_py)
+    }
+
+    fn count_messages(&self, py: Python<'_>) -> PyResult<i64> {
+        py.detach(|| self.inner.count_messages()).map_err(to_py)
+    }
+
+    #[pyo3(signature = (chat_id, since = None, limit = 20))]
+    fn recent_messages(
+        &self,
+        py: Python<'_>,
+        chat_id: String,
+        since: Option<String>,
+        limit: usize,
+    ) -> PyResult<Vec<MessageTuple>> {
+        let rows = py.detach(|| self.inner.recent_messages(&chat_id, since.as_deref(), limit)).map_err(to_py)?;
+        Ok(rows.into_iter().map(msg_tuple).collect())
+    }
+
+    #[pyo3(signature = (query, limit = 20))]
+    fn search_messages(&self, py: Python<'_>, query: String, limit: usize) -> PyResult<Vec<MessageTuple>> {
+        let rows = py.detach(|| self.inner.search_messages(&query, limit)).map_err(to_py)?;
+        Ok(rows.into_iter().map(msg_tuple).collect())
+    }
+
+    fn upsert_session(
+        &self,
+        py: Python<'_>,
+        chat_id: String,
+        model: String,
+        segment_start: String,
+        created_at: String,
+    ) -> PyResult<()> {
+        py.detach(|| self.inner.upsert_session(&chat_id, &model, &segment_start, &created_at)).map_err(to_py)
+    }
+
+    fn get_session(&self, py: Python<'_>, chat_id: String) -> PyResult<Option<(String, String, String)>> {
+        py.detach(|| self.inner.get_session(&chat_id)).map_err(to_py)
+    }
+
+    #[pyo3(signature = (chat_id, from_id, to_id, file_path, created_at))]
+    fn add_summary(
+        &self,
+        py: Python<'_>,
+        chat_id: String,
+        from_id: Option<String>,
+        to_id: Option<String>,
+        file_path: String,
+        created_at: String,
+    ) -> PyResult<()> {
+        py.detach(|| {
+            self.inner.add_summary(&chat_id, from_id.as_deref(), to_id.as_deref(), &file_path, &created_at)
+        })
+        .map_err(to_py)
+    }
+
+    fn meta_get(&self, py: Python<'_>, key: String) -> PyResult<Option<String>> {
+        py.detach(|| self.inner.meta_get(&key)).map_err(to_py)
+    }
+
+    fn meta_set(&self, py: Python<'_>, key: String, value: String) -> PyResult<()> {
+        py.detach(|| self.inner.meta_set(&key, &value)).map_err(to_py)
+    }
+
+    fn stats(&self, py: Python<'_>) -> PyResult<Vec<(String, i64)>> {
+        py.detach(|| self.inner.stats()).map_err(to_py)
+    }
+
+    fn integrity_check(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        py.detach(|| self.inner.integrity_check()).map_err(to_py)
+    }
+}
+
+/// Float32 bytes of a list of floats (for callers without numpy).
+#[pyfunction]
+pub fn pack_f32<'py>(py: Python<'py>, values: Vec<f32>) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &klaw_core::store::f32_bytes(&values))
+}
+
+/// List of floats from float32 bytes.
+#[pyfunction]
+pub fn unpack_f32(data: &[u8]) -> PyResult<Vec<f32>> {
+    floats(data)
+}
+
+/// Multilingual keyword analysis (what the keyword index stores / queries).
+#[pyfunction]
+#[pyo3(signature = (text, query = false))]
+pub fn analyze(py: Python<'_>, text: String, query: bool) -> Vec<String> {
+    use klaw_core::analyze::{analyze as run, Mode};
+    py.detach(|| run(&text, if query { Mode::Query } else { Mode::Index }))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyStore>()?;
+    m.add_class::<PyHit>()?;
+    m.add_function(wrap_pyfunction!(pack_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(unpack_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    Ok(())
+}
