@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
-import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +40,34 @@ def _report_skip(skipped: SkippedLine) -> None:
     _err(f"warning: skipped {skipped.path}:{skipped.line_no}: {skipped.reason}")
 
 
-def _cols(ch: str) -> int:
-    if unicodedata.combining(ch):
-        return 0
-    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+def _terminal_columns() -> int:
+    """$COLUMNS, else the terminal's width, else 120 (shutil's version costs imports)."""
+    try:
+        return max(int(os.environ["COLUMNS"]), 20)
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno() if sys.__stdout__ else 1).columns
+    except (OSError, ValueError):
+        return 120
 
 
 def _fit(text: str, width: int) -> str:
     """``text`` cut to ``width`` terminal columns (CJK counts double), with an ellipsis."""
-    if sum(_cols(c) for c in text) <= width:
+    if text.isascii():
+        return text if len(text) <= width else text[: width - 1] + "…"
+    import unicodedata
+
+    def cols(ch: str) -> int:
+        if unicodedata.combining(ch):
+            return 0
+        return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+    if sum(cols(c) for c in text) <= width:
         return text
     out, used = [], 0
     for ch in text:
-        w = _cols(ch)
+        w = cols(ch)
         if used + w > width - 1:
             break
         out.append(ch)
@@ -94,7 +107,7 @@ def logs(chat: str | None, follow: bool, lines: int) -> int:
         if not follow:
             return 0
 
-    columns = shutil.get_terminal_size((120, 24)).columns
+    columns = _terminal_columns()
     chat_width = max((len(c) for c in ([chat] if chat else chats)), default=8)
     if not follow:
         for entry in tail_records(root, chat, lines, _report_skip):

@@ -65,7 +65,17 @@ fn push_word(word: &str, cls: Class, out: &mut Vec<String>) {
     let (en, ru) = stemmers();
     let stem = match cls {
         // ё and е are the same letter for search purposes.
-        Class::Cyrillic => ru.stem(&lower.replace('ё', "е")).into_owned(),
+        Class::Cyrillic => {
+            let norm = lower.replace('ё', "е");
+            // Snowball over-stems some nouns ("память" loses "ть" like a verb), so a
+            // 5-letter prefix term is indexed too: inflected forms still meet there.
+            if norm.chars().count() >= 6 {
+                let mut p = String::from("~");
+                p.extend(norm.chars().take(5));
+                out.push(p);
+            }
+            ru.stem(&norm).into_owned()
+        }
         Class::Latin => en.stem(&lower).into_owned(),
         _ => lower,
     };
@@ -133,7 +143,8 @@ mod tests {
     fn russian_inflections_share_a_stem() {
         let a = analyze("памяти", Mode::Query);
         let b = analyze("Память", Mode::Index);
-        assert_eq!(a, b);
+        assert!(a.iter().any(|t| b.contains(t)));
+        assert!(a.contains(&"~памят".to_string()));
         assert_eq!(analyze("встречу", Mode::Query), analyze("встреча", Mode::Query));
     }
 
