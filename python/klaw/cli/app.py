@@ -144,3 +144,7 @@ def model_install(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()
