@@ -421,6 +421,7 @@ def chunk_markdown(text: str, size: int = 400, overlap: int = 80) -> list[Chunk]
     chunks: list[Chunk] = []
     n = len(segs)
     i = 0
+    min_end = 0  # the next chunk must end at or after this segment
     while i < n:
         j = i
         while j + 1 < n and span(i, j + 1) <= limit:
@@ -428,7 +429,7 @@ def chunk_markdown(text: str, size: int = 400, overlap: int = 80) -> list[Chunk]
         clean_end = segs[j][6] and not segs[j][5]
         if j + 1 < n and not clean_end:
             for c in range(j - 1, i - 1, -1):
-                if span(i, c) * 2 < limit:
+                if c < min_end or span(i, c) * 2 < limit:
                     break
                 if segs[c][6] and not segs[c][5]:
                     j = c
@@ -445,6 +446,7 @@ def chunk_markdown(text: str, size: int = 400, overlap: int = 80) -> list[Chunk]
         )
         if j + 1 >= n:
             break
+        min_end = j + 1
         k = j + 1
         while k - 1 > i and span(k - 1, j) <= olimit and span(k - 1, j + 1) <= limit:
             k -= 1

@@ -49,12 +49,17 @@ def locate(text: str, chunks: list[_core.Chunk]) -> tuple[str, list[Located]]:
     starts = [0]
     for ln in lines[:-1]:
         starts.append(starts[-1] + len(ln) + 1)
-    out = []
+    out: list[Located] = []
     for c in chunks:
         assert 1 <= c.start_line <= c.end_line <= len(lines)
         joined = "\n".join(lines[c.start_line - 1 : c.end_line])
         base = starts[c.start_line - 1]
+        # The first occurrence that starts and ends after the previous chunk's.
         pos = joined.find(c.text)
+        while out and pos >= 0 and (
+            base + pos <= out[-1].start or base + pos + len(c.text) <= out[-1].end
+        ):
+            pos = joined.find(c.text, pos + 1)
         assert pos >= 0, f"chunk text is not a slice of its lines {c.start_line}-{c.end_line}"
         if c.text != joined:
             # Intra-line piece: first and last characters sit on the named lines.
@@ -88,37 +93,44 @@ WORDS = st.sampled_from(
         "😀",
     ]
 )
-SENTENCE = st.lists(WORDS, min_size=1, max_size=25).map(" ".join)
-
-
 @st.composite
 def markdown(draw: st.DrawFn) -> tuple[str, list[str]]:
-    """A document and the fenced blocks it contains (as normalised text)."""
+    """A document and the fenced blocks it contains (as normalised text).
+
+    Words carry a running number so that every intra-line chunk occurs once in
+    the source and can be located unambiguously.
+    """
+    counter = iter(range(1_000_000))
+
+    def sentence(lo: int = 1, hi: int = 25) -> str:
+        words = draw(st.lists(WORDS, min_size=lo, max_size=hi))
+        return " ".join(f"{next(counter)}{w}" for w in words)
+
     lines: list[str] = []
     fences: list[str] = []
     for _ in range(draw(st.integers(0, 25))):
         kind = draw(st.sampled_from(["h", "p", "p", "code", "list", "table", "blank", "long"]))
         if kind == "h":
-            lines.append("#" * draw(st.integers(1, 4)) + " " + draw(SENTENCE))
+            lines.append("#" * draw(st.integers(1, 4)) + " " + sentence(1, 12))
         elif kind == "p":
-            lines.extend(draw(st.lists(SENTENCE, min_size=1, max_size=4)))
+            lines.extend(sentence() for _ in range(draw(st.integers(1, 4))))
         elif kind == "long":
-            lines.append(" ".join(draw(st.lists(SENTENCE, min_size=5, max_size=40))))
+            lines.append(sentence(100, 600))
         elif kind == "code":
-            body = draw(st.lists(SENTENCE.map(lambda s: "    " + s), max_size=8))
+            body = ["    " + sentence(0, 20) for _ in range(draw(st.integers(0, 8)))]
             block = ["```py", *body, "```"]
             fences.append("\n".join(block))
             lines.extend(block)
         elif kind == "list":
             for _ in range(draw(st.integers(1, 5))):
-                lines.append("- " + draw(SENTENCE))
+                lines.append("- " + sentence())
                 if draw(st.booleans()):
-                    lines.append("  " + draw(SENTENCE))
+                    lines.append("  " + sentence())
         elif kind == "table":
-            lines.extend("| " + draw(SENTENCE) + " | x |" for _ in range(draw(st.integers(1, 4))))
+            lines.extend("| " + sentence(1, 10) + " | x |" for _ in range(draw(st.integers(1, 4))))
         lines.extend([""] * draw(st.integers(0, 2)))
     if draw(st.booleans()):
-        lines.extend(["~~~", draw(SENTENCE)])  # unclosed fence to EOF
+        lines.extend(["~~~", sentence()])  # unclosed fence to EOF
     newline = draw(st.sampled_from(["\n", "\r\n"]))
     return newline.join(lines), fences
 
@@ -194,8 +206,8 @@ def test_crlf_line_ranges_and_heading_path() -> None:
     assert got == [
         ("# A", 1, 1, ["A"]),
         ("para one\nline two", 3, 4, ["A"]),
-        ("## B ##\n\n- x", 6, 8, ["A", "B"]),
-        ("- y", 9, 9, ["A", "B"]),
+        ("## B ##", 6, 6, ["A", "B"]),
+        ("- x\n- y", 8, 9, ["A", "B"]),
     ]
 
 

@@ -110,6 +110,7 @@ def test_exact_counter_matches_tokenizers() -> None:
     path = _wordpiece_path()
     reference = tokenizers.Tokenizer.from_file(str(path))
     reference.no_truncation()
+    reference.no_padding()
     counter = _core.TokenCounter(str(path))
     assert counter.exact is True
     # Longer than the model's truncation length: counting must not truncate.

@@ -478,6 +478,8 @@ fn pack(doc: &Doc<'_>, segs: &[Seg], paths: &[Vec<String>], cfg: &ChunkConfig) -
 
     let mut chunks = Vec::new();
     let mut i = 0;
+    // The next chunk must end at or after this segment.
+    let mut min_end = 0;
     while i < segs.len() {
         let mut j = i;
         while j + 1 < segs.len() && span(i, j + 1) <= limit {
@@ -485,11 +487,11 @@ fn pack(doc: &Doc<'_>, segs: &[Seg], paths: &[Vec<String>], cfg: &ChunkConfig) -
         }
         let clean_end = segs[j].block_end && !segs[j].heading;
         if j + 1 < segs.len() && !clean_end {
-            // End at the last block boundary that keeps the chunk half full
-            // and does not leave a heading at the end.
+            // End at the last block boundary that keeps the chunk half full,
+            // does not leave a heading at the end and still adds new text.
             if let Some(c) = (i..j)
                 .rev()
-                .take_while(|&c| span(i, c) * 2 >= limit)
+                .take_while(|&c| c >= min_end && span(i, c) * 2 >= limit)
                 .find(|&c| segs[c].block_end && !segs[c].heading)
             {
                 j = c;
@@ -506,6 +508,7 @@ fn pack(doc: &Doc<'_>, segs: &[Seg], paths: &[Vec<String>], cfg: &ChunkConfig) -
         if j + 1 >= segs.len() {
             break;
         }
+        min_end = j + 1;
         // Repeat trailing segments up to the overlap, keeping room for the next one.
         let mut k = j + 1;
         while k - 1 > i && span(k - 1, j) <= olimit && span(k - 1, j + 1) <= limit {
@@ -765,6 +768,40 @@ mod tests {
             ]
         );
         assert_eq!(chunks[3].heading_path, vec!["A", "B"]);
+    }
+
+    #[test]
+    fn chunk_progress_with_large_overlap() {
+        // The break preference must not end a chunk where the previous one
+        // ended (found by the Python property tests). Unique words make every
+        // chunk's offset unambiguous.
+        let mut text = String::new();
+        let mut n = 0;
+        for i in 0..20 {
+            for _ in 0..i % 3 {
+                text.push_str(&format!("# h{n}\n"));
+                n += 1;
+            }
+            for w in 0..10 + i * 3 {
+                text.push_str(&format!("w{n}{}", if w % 9 == 8 { ". " } else { " " }));
+                n += 1;
+            }
+            text.push('\n');
+        }
+        for c in [cfg(118, 117), cfg(30, 29), cfg(8, 7)] {
+            let chunks = chunk_markdown(&text, &c);
+            check_ranges(&text, &chunks);
+            let spans: Vec<(usize, usize)> = chunks
+                .iter()
+                .map(|ch| {
+                    let a = text.find(&ch.text).unwrap();
+                    (a, a + ch.text.len())
+                })
+                .collect();
+            for w in spans.windows(2) {
+                assert!(w[1].0 > w[0].0 && w[1].1 > w[0].1, "{w:?}");
+            }
+        }
     }
 
     #[test]

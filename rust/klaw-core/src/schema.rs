@@ -77,7 +77,7 @@ CREATE TABLE memory_chunks (
 );
 CREATE INDEX idx_chunks_file ON memory_chunks(file_id);
 CREATE INDEX idx_chunks_created ON memory_chunks(created_at);
-CREATE VIRTUAL TABLE vec_memory USING vec0(embedding float[{dim}]);
+CREATE VIRTUAL TABLE vec_memory USING vec0(embedding float[{dim}], chunk_size=16);
 
 CREATE TABLE doc_chunks (
     id INTEGER PRIMARY KEY,
