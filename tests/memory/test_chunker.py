@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import importlib.util
+import itertools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,8 +57,10 @@ def locate(text: str, chunks: list[_core.Chunk]) -> tuple[str, list[Located]]:
         base = starts[c.start_line - 1]
         # The first occurrence that starts and ends after the previous chunk's.
         pos = joined.find(c.text)
-        while out and pos >= 0 and (
-            base + pos <= out[-1].start or base + pos + len(c.text) <= out[-1].end
+        while (
+            out
+            and pos >= 0
+            and (base + pos <= out[-1].start or base + pos + len(c.text) <= out[-1].end)
         ):
             pos = joined.find(c.text, pos + 1)
         assert pos >= 0, f"chunk text is not a slice of its lines {c.start_line}-{c.end_line}"
@@ -86,13 +89,15 @@ WORDS = st.sampled_from(
         "фрагмент.",
         "你好",
         "世界。",
-        "记忆！",
+        "记忆！",  # noqa: RUF001
         "**bold**",
         "`code`",
         "é",
         "😀",
     ]
 )
+
+
 @st.composite
 def markdown(draw: st.DrawFn) -> tuple[str, list[str]]:
     """A document and the fenced blocks it contains (as normalised text).
@@ -161,7 +166,7 @@ def test_chunk_properties(doc: tuple[str, list[str]], sizes: tuple[int, int]) ->
         assert loc.chunk.tokens <= size
 
     # Order preserved; consecutive chunks share at most `overlap` tokens.
-    for a, b in zip(located, located[1:], strict=False):
+    for a, b in itertools.pairwise(located):
         assert a.chunk.start_line <= b.chunk.start_line
         assert a.start < b.start and a.end < b.end
         if b.start < a.end:
@@ -243,7 +248,7 @@ def test_overlap_repeats_whole_blocks() -> None:
     text = "\n\n".join(paras)
     chunks = _core.chunk_markdown(text, size=120, overlap=40)
     lines = source_lines(text)
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         assert a.start_line < b.start_line <= a.end_line
         shared = "\n".join(lines[b.start_line - 1 : a.end_line])
         assert a.text.endswith(shared) and b.text.startswith(shared)
@@ -251,7 +256,7 @@ def test_overlap_repeats_whole_blocks() -> None:
 
 
 def test_cjk_and_cyrillic_sentences() -> None:
-    zh = "这是一个很长的中文句子，用来测试分块。" * 40
+    zh = "这是一个很长的中文句子，用来测试分块。" * 40  # noqa: RUF001
     chunks = _core.chunk_markdown(zh, size=60, overlap=0)
     assert len(chunks) > 5
     assert "".join(c.text for c in chunks) == zh

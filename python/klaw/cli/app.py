@@ -1,150 +1,156 @@
-"""`klaw` entry point.
+"""`klaw` entry point (argparse).
 
-Every command imports its implementation inside the function body so that
-`klaw --help` loads only typer (the bar is 150 ms wall time).
+Every command imports its implementation inside its handler so that `klaw --help`
+and local commands start fast: the bar is 150 ms wall time, and importing typer
+alone cost 120-150 ms here (see docs/decisions.md).
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
-
-app = typer.Typer(
-    name="klaw",
-    help="Klaw: a light, reliable personal AI agent.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-memory_app = typer.Typer(help="Core and archival memory.", no_args_is_help=True)
-model_app = typer.Typer(help="The embedding model.", no_args_is_help=True)
-app.add_typer(memory_app, name="memory")
-app.add_typer(model_app, name="model")
+Handler = Callable[[argparse.Namespace], int]
 
 
-def _exit(code: int) -> None:
-    if code:
-        raise typer.Exit(code)
+def _init(a: argparse.Namespace) -> int:
+    from klaw.cli.setup_cmds import init
+
+    return init(a.workspace)
 
 
-@app.command()
-def init(
-    workspace: Annotated[
-        Optional[Path],  # noqa: UP045 - typer needs Optional on 3.11
-        typer.Option(help="Workspace directory (default $KLAW_WORKSPACE or ~/klaw-workspace)."),
-    ] = None,
-) -> None:
-    """Create the workspace skeleton and the config files (never overwrites)."""
-    from klaw.cli.setup_cmds import init as run
+def _doctor(a: argparse.Namespace) -> int:
+    from klaw.cli.setup_cmds import doctor
 
-    _exit(run(workspace))
+    return doctor()
 
 
-@app.command()
-def doctor() -> None:
-    """Check config, paths, model files, ONNX Runtime, the store and disk; print fixes."""
-    from klaw.cli.setup_cmds import doctor as run
+def _reindex(a: argparse.Namespace) -> int:
+    from klaw.cli.memory_cmds import reindex
 
-    _exit(run())
+    return reindex(progress=a.progress)
 
 
-@app.command()
-def reindex(
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-) -> None:
-    """Rebuild klaw.db from the files (conversations, summaries, memory, workspace)."""
-    from klaw.cli.memory_cmds import reindex as run
+def _logs(a: argparse.Namespace) -> int:
+    from klaw.cli.logs_cmds import logs
 
-    _exit(run(progress=progress))
+    return logs(chat=a.chat, follow=a.follow, lines=a.lines)
 
 
-@app.command()
-def logs(
-    chat: Annotated[Optional[str], typer.Option(help="Chat id, e.g. telegram_123.")] = None,  # noqa: UP045
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
-    lines: Annotated[int, typer.Option("--lines", "-n", help="How many last lines.")] = 50,
-) -> None:
-    """Print conversation logs (JSONL) in a readable form."""
-    from klaw.cli.logs_cmds import logs as run
+def _memory_show(a: argparse.Namespace) -> int:
+    from klaw.cli.logs_cmds import memory_show
 
-    _exit(run(chat=chat, follow=follow, lines=lines))
+    return memory_show()
 
 
-@memory_app.command("show")
-def memory_show() -> None:
-    """Print core memory (core_memory.json)."""
-    from klaw.cli.logs_cmds import memory_show as run
+def _memory_edit(a: argparse.Namespace) -> int:
+    from klaw.cli.logs_cmds import memory_edit
 
-    _exit(run())
+    return memory_edit()
 
 
-@memory_app.command("edit")
-def memory_edit() -> None:
-    """Open core memory in $EDITOR and validate it on save."""
-    from klaw.cli.logs_cmds import memory_edit as run
+def _memory_save(a: argparse.Namespace) -> int:
+    from klaw.cli.memory_cmds import save
 
-    _exit(run())
+    return save(a.text, source=a.source)
 
 
-@memory_app.command("save")
-def memory_save(
-    text: str,
-    source: Annotated[str, typer.Option(help="Source label of the fact.")] = "manual",
-) -> None:
-    """Save a fact to archival memory."""
-    from klaw.cli.memory_cmds import save as run
+def _memory_search(a: argparse.Namespace) -> int:
+    from klaw.cli.memory_cmds import search
 
-    _exit(run(text, source=source))
+    return search(a.query, json_out=a.json, top_k=a.top_k, interactive=a.interactive)
 
 
-@memory_app.command("search")
-def memory_search(
-    query: Annotated[Optional[str], typer.Argument()] = None,  # noqa: UP045
-    json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-    top_k: Annotated[int, typer.Option("--top-k", help="How many hits.")] = 10,
-    interactive: Annotated[bool, typer.Option(help="Ask queries in a loop.")] = False,
-) -> None:
-    """Hybrid (vector + keyword) search over archival memory."""
-    from klaw.cli.memory_cmds import search as run
+def _memory_import(a: argparse.Namespace) -> int:
+    from klaw.cli.memory_cmds import import_path
 
-    _exit(run(query, json_out=json_out, top_k=top_k, interactive=interactive))
+    return import_path(a.path)
 
 
-@memory_app.command("import")
-def memory_import(path: Path) -> None:
-    """Index a Markdown file or a directory of them into archival memory."""
-    from klaw.cli.memory_cmds import import_path as run
+def _memory_index(a: argparse.Namespace) -> int:
+    from klaw.cli.memory_cmds import index_workspace
 
-    _exit(run(path))
+    return index_workspace()
 
 
-@memory_app.command("index")
-def memory_index() -> None:
-    """Index the workspace memory (MEMORY.md, memory/*.md); unchanged files are skipped."""
-    from klaw.cli.memory_cmds import index_workspace as run
+def _model_install(a: argparse.Namespace) -> int:
+    from klaw.cli.setup_cmds import model_install
 
-    _exit(run())
+    return model_install(from_hub=a.from_hub, force=a.force)
 
 
-@model_app.command("install")
-def model_install(
-    from_hub: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--from-hub", help="Download model.onnx and tokenizer.json from this URL."),
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite an installed model.")] = False,
-) -> None:
-    """Copy the embedding model into $XDG_CACHE_HOME/klaw/models (or download it)."""
-    from klaw.cli.setup_cmds import model_install as run
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="klaw", description="Klaw: a light, reliable personal AI agent.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    _exit(run(from_hub=from_hub, force=force))
+    def cmd(parent: argparse._SubParsersAction[argparse.ArgumentParser], name: str, helptext: str, fn: Handler) -> argparse.ArgumentParser:
+        sp = parent.add_parser(name, help=helptext, description=helptext)
+        sp.set_defaults(handler=fn)
+        return sp
+
+    sp = cmd(sub, "init", "Create the workspace skeleton and the config files (never overwrites).", _init)
+    sp.add_argument("--workspace", type=Path, help="workspace directory (default $KLAW_WORKSPACE or ~/klaw-workspace)")
+    cmd(sub, "doctor", "Check config, paths, model files, ONNX Runtime, the store and disk; print fixes.", _doctor)
+    sp = cmd(sub, "reindex", "Rebuild klaw.db from the files (conversations, summaries, memory, workspace).", _reindex)
+    sp.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    sp = cmd(sub, "logs", "Print conversation logs (JSONL) in a readable form.", _logs)
+    sp.add_argument("--chat", help="chat id, e.g. telegram_123")
+    sp.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    sp.add_argument("-n", "--lines", type=int, default=50, help="how many last lines (default 50)")
+
+    mem = sub.add_parser("memory", help="Core and archival memory.", description="Core and archival memory.")
+    msub = mem.add_subparsers(dest="memory_command", metavar="COMMAND")
+    mem.set_defaults(handler=lambda a: _usage(mem))
+    cmd(msub, "show", "Print core memory (core_memory.json).", _memory_show)
+    cmd(msub, "edit", "Open core memory in $EDITOR and validate it on save.", _memory_edit)
+    sp = cmd(msub, "save", "Save a fact to archival memory.", _memory_save)
+    sp.add_argument("text")
+    sp.add_argument("--source", default="manual", help="source label of the fact (default manual)")
+    sp = cmd(msub, "search", "Hybrid (vector + keyword) search over archival memory.", _memory_search)
+    sp.add_argument("query", nargs="?")
+    sp.add_argument("--json", action="store_true", help="JSON output")
+    sp.add_argument("--top-k", type=int, default=10, help="how many hits (default 10)")
+    sp.add_argument("--interactive", action="store_true", help="ask queries in a loop")
+    sp = cmd(msub, "import", "Index a Markdown file or a directory of them into archival memory.", _memory_import)
+    sp.add_argument("path", type=Path)
+    cmd(msub, "index", "Index the workspace memory (MEMORY.md, memory/*.md); unchanged files are skipped.", _memory_index)
+
+    model = sub.add_parser("model", help="The embedding model.", description="The embedding model.")
+    model.set_defaults(handler=lambda a: _usage(model))
+    msub = model.add_subparsers(dest="model_command", metavar="COMMAND")
+    sp = cmd(msub, "install", "Copy the embedding model into $XDG_CACHE_HOME/klaw/models (or download it).", _model_install)
+    sp.add_argument("--from-hub", metavar="URL", help="download model.onnx and tokenizer.json from this URL")
+    sp.add_argument("--force", action="store_true", help="overwrite an installed model")
+    return p
 
 
-def main() -> None:
-    app()
+def _usage(p: argparse.ArgumentParser) -> int:
+    p.print_help(sys.stderr)
+    return 2
 
+
+def run(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 0 if not argv and argv is not None else 2
+    return handler(args)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        code = run(argv)
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+#: What `klaw.cli.testing.CliRunner.invoke` calls.
+app = run
 
 if __name__ == "__main__":
     main()

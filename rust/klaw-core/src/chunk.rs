@@ -521,6 +521,8 @@ fn pack(doc: &Doc<'_>, segs: &[Seg], paths: &[Vec<String>], cfg: &ChunkConfig) -
 
 #[cfg(test)]
 mod tests {
+    use std::fmt::Write as _;
+
     use super::*;
 
     fn cfg(size: usize, overlap: usize) -> ChunkConfig {
@@ -779,11 +781,11 @@ mod tests {
         let mut n = 0;
         for i in 0..20 {
             for _ in 0..i % 3 {
-                text.push_str(&format!("# h{n}\n"));
+                writeln!(text, "# h{n}").unwrap();
                 n += 1;
             }
             for w in 0..10 + i * 3 {
-                text.push_str(&format!("w{n}{}", if w % 9 == 8 { ". " } else { " " }));
+                write!(text, "w{n}{}", if w % 9 == 8 { ". " } else { " " }).unwrap();
                 n += 1;
             }
             text.push('\n');

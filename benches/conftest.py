@@ -1,0 +1,98 @@
+"""Benchmark fixtures: the same 100k-chunk corpus in Klaw's store and in the
+stack a Python user would assemble (onnxruntime + tokenizers, sqlite-vec and
+FTS5 through sqlean.py), so every figure has its baseline in the same run."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import corpus  # noqa: E402
+
+N = 100_000
+
+
+@pytest.fixture(scope="session")
+def data100k() -> tuple[list[str], np.ndarray]:
+    return corpus.texts(N), corpus.vectors(N)
+
+
+@pytest.fixture(scope="session")
+def klaw_store(tmp_path_factory: pytest.TempPathFactory, data100k: Any) -> Iterator[Any]:
+    from klaw import _core
+
+    texts, vecs = data100k
+    s = _core.Store(str(tmp_path_factory.mktemp("klaw") / "klaw.db"), dim=384, threads=2)
+    step = 5000
+    for i in range(0, N, step):
+        chunks = [(t, None, None, None, str(i + j)) for j, t in enumerate(texts[i : i + step])]
+        s.add_chunks("bench", None, "2026-01-01T00:00:00Z", chunks, vecs[i : i + step].tobytes())
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def baseline_db(data100k: Any) -> Iterator[Any]:
+    """sqlite-vec (float) + FTS5 (unicode61) in one sqlean connection, in memory."""
+    import sqlean
+    import sqlite_vec
+
+    texts, vecs = data100k
+    c = sqlean.connect(":memory:")
+    c.enable_load_extension(True)
+    sqlite_vec.load(c)
+    c.execute("CREATE TABLE chunks(id INTEGER PRIMARY KEY, content TEXT, source TEXT, created_at TEXT)")
+    c.execute("CREATE VIRTUAL TABLE vec USING vec0(embedding float[384])")
+    c.execute("CREATE VIRTUAL TABLE fts USING fts5(content, content=chunks, content_rowid=id)")
+    c.executemany(
+        "INSERT INTO chunks VALUES (?, ?, 'bench', '2026-01-01T00:00:00Z')",
+        ((i + 1, t) for i, t in enumerate(texts)),
+    )
+    c.executemany("INSERT INTO vec(rowid, embedding) VALUES (?, ?)", ((i + 1, vecs[i].tobytes()) for i in range(N)))
+    c.execute("INSERT INTO fts(fts) VALUES ('rebuild')")
+    c.commit()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def backend() -> Any:
+    from klaw.config import load_engine_config
+    from klaw.memory.api import load_backend
+    from klaw.paths import KlawPaths
+
+    return load_backend(load_engine_config(Path("/nonexistent")), KlawPaths.from_env())
+
+
+@pytest.fixture(scope="session")
+def py_embed() -> Callable[[list[str]], np.ndarray]:
+    """The Python way: onnxruntime + tokenizers + numpy mean pooling."""
+    import onnxruntime as ort
+    import tokenizers
+
+    from klaw.models import resolve_model_files
+
+    files = resolve_model_files()
+    tok = tokenizers.Tokenizer.from_file(str(files.tokenizer))
+    tok.enable_truncation(256)
+    tok.enable_padding()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(files.model), opts, providers=["CPUExecutionProvider"])
+
+    def embed(texts: list[str]) -> np.ndarray:
+        enc = tok.encode_batch(texts)
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        out = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
+        pooled = (out * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+    return embed

@@ -1,0 +1,57 @@
+"""Peak RSS of a process with the model loaded and 100k chunks indexed, after
+embedding batches of 400-token chunks. Run as: python rss_probe.py klaw|python DB"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import corpus  # noqa: E402
+
+CHUNKS = [" ".join(t.split()[:400]) for t in corpus.texts(64, seed=9, words=400)]
+
+
+def klaw(db: str) -> None:
+    from klaw import _core
+    from klaw.config import load_engine_config
+    from klaw.memory.api import load_backend
+    from klaw.paths import KlawPaths
+
+    be = load_backend(load_engine_config(Path("/nonexistent")), KlawPaths.from_env())
+    store = _core.Store(db, dim=384)
+    for i in range(0, len(CHUNKS), 8):
+        be.embed_batch(CHUNKS[i : i + 8])
+    q = be.embed_batch(["dentist appointment"])
+    store.search(q, "dentist appointment")
+
+
+def python(db: str) -> None:
+    import numpy as np
+    import onnxruntime as ort
+    import sqlean
+    import sqlite_vec
+    import tokenizers
+
+    from klaw.models import resolve_model_files
+
+    files = resolve_model_files()
+    tok = tokenizers.Tokenizer.from_file(str(files.tokenizer))
+    tok.enable_truncation(256)
+    tok.enable_padding()
+    sess = ort.InferenceSession(str(files.model), providers=["CPUExecutionProvider"])
+    c = sqlean.connect(db)
+    c.enable_load_extension(True)
+    sqlite_vec.load(c)
+    for i in range(0, len(CHUNKS), 8):
+        enc = tok.encode_batch(CHUNKS[i : i + 8])
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    c.execute("SELECT rowid FROM vec_memory LIMIT 1").fetchall()
+
+
+if __name__ == "__main__":
+    {"klaw": klaw, "python": python}[sys.argv[1]](sys.argv[2])
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

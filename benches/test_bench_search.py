@@ -1,0 +1,122 @@
+"""Hybrid and vector search over 100k chunks: Klaw vs the Python stack.
+
+Bars (issue #2): hybrid p50 ≤ 20 ms with the query embedding included and ≥ 10×
+the Python pipeline; vector top-10 p50 ≤ 10 ms with recall@10 ≥ 0.99 against
+exact float search.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+import corpus
+
+QUERIES = corpus.QUERIES
+
+
+def fts_or(q: str) -> str:
+    words = [w for w in re.split(r"\W+", q) if w]
+    return " OR ".join(f'"{w}"' for w in words)
+
+
+@pytest.mark.benchmark(group="hybrid-100k")
+def test_hybrid_klaw(benchmark: Any, klaw_store: Any, backend: Any) -> None:
+    qs = itertools.cycle(QUERIES)
+
+    def run() -> Any:
+        q = next(qs)
+        return klaw_store.search(backend.embed_batch([q]), q, top_k=10, candidates=20)
+
+    hits = benchmark(run)
+    assert len(hits) == 10
+
+
+@pytest.mark.benchmark(group="hybrid-100k")
+def test_hybrid_baseline(benchmark: Any, baseline_db: Any, py_embed: Any) -> None:
+    qs = itertools.cycle(QUERIES)
+
+    def run() -> list[tuple[Any, ...]]:
+        q = next(qs)
+        qv = py_embed([q])[0].astype(np.float32).tobytes()
+        vec = [r[0] for r in baseline_db.execute(
+            "SELECT rowid FROM vec WHERE embedding MATCH ? AND k = 20 ORDER BY distance", (qv,)
+        )]
+        kw = [r[0] for r in baseline_db.execute(
+            "SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT 20", (fts_or(q),)
+        )]
+        scores: dict[int, float] = {}
+        for lst in (vec, kw):
+            for rank, i in enumerate(lst, 1):
+                scores[i] = scores.get(i, 0.0) + 1 / (60 + rank)
+        top = sorted(scores, key=lambda i: -scores[i])[:10]
+        marks = ",".join("?" * len(top))
+        return baseline_db.execute(
+            f"SELECT id, content, source, created_at FROM chunks WHERE id IN ({marks})", top
+        ).fetchall()
+
+    rows = benchmark(run)
+    assert len(rows) == 10
+
+
+def _queries(data100k: Any, n: int = 50) -> np.ndarray:
+    _, vecs = data100k
+    rng = np.random.default_rng(11)
+    q = vecs[rng.integers(0, len(vecs), n)] + 0.3 * rng.standard_normal((n, 384)).astype(np.float32)
+    return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.benchmark(group="vector-100k")
+def test_vector_klaw(benchmark: Any, klaw_store: Any, data100k: Any) -> None:
+    _, vecs = data100k
+    qs = _queries(data100k)
+    # recall@10 against exact float search (numpy, brute force).
+    found = 0
+    for q in qs:
+        exact = set((np.argsort(-(vecs @ q))[:10] + 1).tolist())
+        found += len(exact & {i for i, _ in klaw_store.vector_search(q.tobytes(), 10)})
+    recall = found / (10 * len(qs))
+    benchmark.extra_info["recall@10"] = recall
+    it = itertools.cycle(qs)
+    benchmark(lambda: klaw_store.vector_search(next(it).tobytes(), 10))
+    assert recall >= 0.99
+
+
+@pytest.mark.benchmark(group="vector-100k")
+def test_vector_baseline_sqlite_vec(benchmark: Any, baseline_db: Any, data100k: Any) -> None:
+    it = itertools.cycle(_queries(data100k))
+    benchmark.pedantic(
+        lambda: baseline_db.execute(
+            "SELECT rowid, distance FROM vec WHERE embedding MATCH ? AND k = 10 ORDER BY distance",
+            (next(it).tobytes(),),
+        ).fetchall(),
+        rounds=15,
+    )
+
+
+@pytest.mark.benchmark(group="vector-100k")
+def test_vector_baseline_numpy(benchmark: Any, data100k: Any) -> None:
+    _, vecs = data100k
+    it = itertools.cycle(_queries(data100k))
+    benchmark(lambda: np.argpartition(-(vecs @ next(it)), 10)[:10])
+
+
+@pytest.mark.benchmark(group="keyword-100k")
+def test_keyword_klaw_tantivy(benchmark: Any, klaw_store: Any) -> None:
+    qs = itertools.cycle(QUERIES)
+    benchmark(lambda: klaw_store.keyword_search(next(qs), 20))
+
+
+@pytest.mark.benchmark(group="keyword-100k")
+def test_keyword_baseline_fts5(benchmark: Any, baseline_db: Any) -> None:
+    qs = itertools.cycle(QUERIES)
+    benchmark.pedantic(
+        lambda: baseline_db.execute(
+            "SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT 20", (fts_or(next(qs)),)
+        ).fetchall(),
+        rounds=20,
+    )
