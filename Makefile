@@ -47,8 +47,10 @@ test-py:
 test: install lint test-rust test-py
 
 bench: install
-	$(PY) -m pytest benches -q --benchmark-columns=median,mean,min,max,rounds --benchmark-sort=name
-	$(PY) benches/report.py
+	mkdir -p .benchmarks
+	$(PY) -m pytest benches -q -p no:randomly --benchmark-columns=median,mean,min,rounds \
+	  --benchmark-sort=name --benchmark-json=.benchmarks/latest.json
+	$(PY) benches/report.py .benchmarks/latest.json
 
 run: install
 	$(VENV)/bin/klaw init

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import corpus  # noqa: E402
+import corpus
 
 N = 100_000
 
@@ -47,14 +47,19 @@ def baseline_db(data100k: Any) -> Iterator[Any]:
     c = sqlean.connect(":memory:")
     c.enable_load_extension(True)
     sqlite_vec.load(c)
-    c.execute("CREATE TABLE chunks(id INTEGER PRIMARY KEY, content TEXT, source TEXT, created_at TEXT)")
+    c.execute(
+        "CREATE TABLE chunks(id INTEGER PRIMARY KEY, content TEXT, source TEXT, created_at TEXT)"
+    )
     c.execute("CREATE VIRTUAL TABLE vec USING vec0(embedding float[384])")
     c.execute("CREATE VIRTUAL TABLE fts USING fts5(content, content=chunks, content_rowid=id)")
     c.executemany(
         "INSERT INTO chunks VALUES (?, ?, 'bench', '2026-01-01T00:00:00Z')",
         ((i + 1, t) for i, t in enumerate(texts)),
     )
-    c.executemany("INSERT INTO vec(rowid, embedding) VALUES (?, ?)", ((i + 1, vecs[i].tobytes()) for i in range(N)))
+    c.executemany(
+        "INSERT INTO vec(rowid, embedding) VALUES (?, ?)",
+        ((i + 1, vecs[i].tobytes()) for i in range(N)),
+    )
     c.execute("INSERT INTO fts(fts) VALUES ('rebuild')")
     c.commit()
     yield c
@@ -91,7 +96,9 @@ def py_embed() -> Callable[[list[str]], np.ndarray]:
         enc = tok.encode_batch(texts)
         ids = np.array([e.ids for e in enc], dtype=np.int64)
         mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-        out = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
+        out = sess.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )[0]
         pooled = (out * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
         return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 

@@ -39,6 +39,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -305,26 +306,27 @@ def percentile(xs: Sequence[float], p: float) -> float:
     return s[min(len(s) - 1, round(p * (len(s) - 1)))]
 
 
-def time_queries(
-    fn: Callable[[str], object], queries: Sequence[str], budget: float = 3.0
-) -> dict[str, float]:
-    """Per query: one warm-up run, then up to 20 timed runs (at least 3, ~budget s each)."""
+REPS = 7
+
+
+def time_queries(fn: Callable[[str], object], queries: Sequence[str]) -> dict[str, Any]:
+    """Per query: one warm-up run, then REPS timed runs (every query weighs the same)."""
     samples: list[float] = []
+    per_query: dict[str, float] = {}
     for q in queries:
         fn(q)
-        spent = 0.0
-        for i in range(20):
+        mine: list[float] = []
+        for _ in range(REPS):
             t = time.perf_counter()
             fn(q)
-            dt = time.perf_counter() - t
-            samples.append(dt)
-            spent += dt
-            if i >= 2 and spent > budget / len(queries):
-                break
+            mine.append(1000 * (time.perf_counter() - t))
+        samples += mine
+        per_query[q] = statistics.median(mine)
     return {
-        "p50_ms": 1000 * statistics.median(samples),
-        "p95_ms": 1000 * percentile(samples, 0.95),
-        "runs": float(len(samples)),
+        "p50_ms": statistics.median(samples),
+        "p95_ms": percentile(samples, 0.95),
+        "mean_ms": statistics.fmean(samples),
+        "per_query_ms": per_query,
     }
 
 
@@ -337,17 +339,14 @@ def speed(n: int) -> dict[str, Any]:
     vecs = corpus.vectors(n)
     print(f"generated {n} chunks in {time.perf_counter() - t:.1f}s")
     queries = list(corpus.QUERIES)
-    out: dict[str, Any] = {"n": n, "queries": len(queries)}
+    out: dict[str, Any] = {"n": n, "queries": queries}
 
     for name, fts in fts5_setups().items():
-        if name == "fts5-analysed":
-            continue
         t = time.perf_counter()
         fts.build(texts)
         build = time.perf_counter() - t
-        out[name] = {"build_s": build} | time_queries(lambda q, f=fts: f.search(q, 20), queries)
-        hits = [len(fts.search(q, 20)) for q in queries]
-        out[name]["empty_queries"] = float(sum(h == 0 for h in hits))
+        out[name] = {"build_s": build} | time_queries(partial(fts.search, k=20), queries)
+        out[name]["empty_queries"] = sum(not fts.search(q, 20) for q in queries)
         fts.close()
         print(f"{name}: built in {build:.1f}s, p50 {out[name]['p50_ms']:.2f} ms")
 
@@ -377,9 +376,8 @@ def speed(n: int) -> dict[str, Any]:
             out[name] = {"build_s": build, "analyse_only_s": analyse_s} | time_queries(
                 lambda q: store.keyword_search(q, 20), queries
             )
-            out[name]["empty_queries"] = float(
-                sum(not store.keyword_search(q, 20) for q in queries)
-            )
+            out[name]["empty_queries"] = sum(not store.keyword_search(q, 20) for q in queries)
+            out["vector (ours)"] = time_queries(lambda q: store.vector_search(qv[q], 20), queries)
             out["hybrid (ours)"] = time_queries(
                 lambda q: store.search(qv[q], q, top_k=20, candidates=20), queries
             )
@@ -391,6 +389,14 @@ def speed(n: int) -> dict[str, Any]:
 
 # --- report ----------------------------------------------------------------
 
+SPEED_ENGINES = [
+    "fts5-unicode61",
+    "fts5-trigram",
+    "fts5-analysed",
+    "tantivy (ours)",
+    "vector (ours)",
+    "hybrid (ours)",
+]
 MAIN = ["fts5-unicode61", "fts5-trigram", "fts5-analysed", "tantivy (ours)", "vector"]
 
 
@@ -398,9 +404,15 @@ def fusion_name(cand: int, kw: float, rk: float) -> str:
     return f"hybrid ours c={cand} kw={kw:g} k={rk:g}"
 
 
-def best_fusion(q: dict[str, Groups]) -> str:
-    names = [fusion_name(*f) for f in FUSION_GRID]
-    return max(names, key=lambda n: (round(q[n]["all"]["mrr"], 4), q[n]["all"]["recall"]))
+def best_fusion(q: dict[str, Groups], metric: str) -> str:
+    """Best grid point by `metric` (3 decimals), then the other metric, then fewer candidates."""
+    other = "recall" if metric == "mrr" else "mrr"
+
+    def key(f: tuple[int, float, float]) -> tuple[float, float, int]:
+        g = q[fusion_name(*f)]["all"]
+        return (round(g[metric], 3), round(g[other], 3), -f[0])
+
+    return fusion_name(*max(FUSION_GRID, key=key))
 
 
 def table(q: dict[str, Groups], setups: Sequence[str], groups: Sequence[str], metric: str) -> str:
@@ -408,7 +420,7 @@ def table(q: dict[str, Groups], setups: Sequence[str], groups: Sequence[str], me
     sep = "| --- |" + " ---: |" * len(groups)
     rows = [
         f"| {s} | "
-        + " | ".join(f"{q[s][g][metric]:.3f}" if g in q[s] else "–" for g in groups)
+        + " | ".join(f"{q[s][g][metric]:.3f}" if g in q[s] else "-" for g in groups)
         + " |"
         for s in setups
     ]
@@ -418,11 +430,11 @@ def table(q: dict[str, Groups], setups: Sequence[str], groups: Sequence[str], me
 def report(q: dict[str, Groups] | None, sp: dict[str, Any] | None) -> str:
     out: list[str] = []
     if q is not None:
-        best = best_fusion(q)
+        best = best_fusion(q, "mrr")
+        best_recall = best_fusion(q, "recall")
         default = fusion_name(*DEFAULT_FUSION)
-        setups = [*MAIN, default, "hybrid fts5-unicode61", "hybrid fts5-trigram"]
-        if best != default:
-            setups.insert(len(MAIN) + 1, best)
+        fused = list(dict.fromkeys([default, best, best_recall]))
+        setups = [*MAIN, *fused, "hybrid fts5-unicode61", "hybrid fts5-trigram"]
         groups = ["all", *LANGS, *KINDS, "cjk-word-2char"]
         counts = " ".join(f"{g}={int(q['vector'][g]['n'])}" for g in groups)
         out += [f"Queries per group: {counts}", ""]
@@ -431,7 +443,7 @@ def report(q: dict[str, Groups] | None, sp: dict[str, Any] | None) -> str:
         lk = [
             f"{lang}:{kind}" for lang in LANGS for kind in KINDS if f"{lang}:{kind}" in q["vector"]
         ]
-        out += ["### recall@10 by language × kind", "", table(q, MAIN, lk, "recall"), ""]
+        out += ["### recall@10 by language x kind", "", table(q, MAIN, lk, "recall"), ""]
         out += ["### Fusion grid (ours: vector + tantivy, vector_weight 1)", ""]
         out += [
             "| candidates | keyword_weight | rrf_k | R@10 | MRR@10 | MRR en | MRR ru | MRR zh |"
@@ -439,33 +451,42 @@ def report(q: dict[str, Groups] | None, sp: dict[str, Any] | None) -> str:
         out += ["| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for f in FUSION_GRID:
             g = q[fusion_name(*f)]
-            mark = " **best**" if fusion_name(*f) == best else ""
+            mark = " **best MRR**" if fusion_name(*f) == best else ""
+            mark += " **best R@10**" if fusion_name(*f) == best_recall else ""
             mark += " (default)" if f == DEFAULT_FUSION else ""
             out.append(
                 f"| {f[0]} | {f[1]:g} | {f[2]:g} | {g['all']['recall']:.3f} | "
                 f"{g['all']['mrr']:.3f}{mark} | {g['en']['mrr']:.3f} | {g['ru']['mrr']:.3f} | "
                 f"{g['zh']['mrr']:.3f} |"
             )
-        out += ["", f"Best fusion by MRR@10: `{best}`", ""]
+        out += ["", f"Best fusion by MRR@10: `{best}`; by recall@10: `{best_recall}`", ""]
     if sp is not None:
-        out += [f"### Speed: {sp['n']} synthetic chunks, top-20, {sp['queries']} queries", ""]
-        out += ["| engine | build s | p50 ms | p95 ms | timed runs | queries with 0 hits |"]
+        engines = [e for e in SPEED_ENGINES if e in sp]
+        nq = len(sp["queries"])
+        out += [f"### Speed: {sp['n']} synthetic chunks, top-20, {nq} queries x {REPS} runs", ""]
+        out += ["| engine | build s | p50 ms | p95 ms | mean ms | queries with 0 hits |"]
         out += ["| --- | ---: | ---: | ---: | ---: | ---: |"]
-        for name in ("fts5-unicode61", "fts5-trigram", "tantivy (ours)", "hybrid (ours)"):
+        for name in engines:
             r = sp[name]
-            build = f"{r['build_s']:.1f}" if "build_s" in r else "–"
-            empty = f"{int(r['empty_queries'])}" if "empty_queries" in r else "–"
+            build = f"{r['build_s']:.1f}" if "build_s" in r else "-"
+            empty = f"{r['empty_queries']}" if "empty_queries" in r else "-"
             out.append(
                 f"| {name} | {build} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
-                f"{int(r['runs'])} | {empty} |"
+                f"{r['mean_ms']:.2f} | {empty} |"
             )
+        out += ["", "Median ms per query:", ""]
+        out += ["| query | " + " | ".join(engines) + " |"]
+        out += ["| --- |" + " ---: |" * len(engines)]
+        for q in sp["queries"]:
+            cells = " | ".join(f"{sp[e]['per_query_ms'][q]:.2f}" for e in engines)
+            out.append(f"| {q} | {cells} |")
         out += [
             "",
-            "FTS5 build = inserts + 'optimize' into an in-memory database. Klaw build = "
-            "`add_chunks` in batches of 10k into an on-disk store: SQLite rows + vectors "
-            "(HNSW) + tantivy; `analyze()` alone over all chunks took "
-            f"{sp['tantivy (ours)']['analyse_only_s']:.1f}s from Python. "
-            "hybrid (ours) = `Store.search` with a precomputed query vector, candidates 20.",
+            "FTS5 build = inserts + 'optimize' into an in-memory database (fts5-analysed "
+            "includes running `analyze()` from Python). Klaw build = `add_chunks` in batches of "
+            "10k into an on-disk store: SQLite rows + vectors (HNSW) + tantivy; `analyze()` "
+            f"alone over all chunks took {sp['tantivy (ours)']['analyse_only_s']:.1f}s from "
+            "Python. vector/hybrid (ours) use a precomputed query vector (candidates 20).",
             "",
         ]
     return "\n".join(out)

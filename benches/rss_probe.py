@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import corpus  # noqa: E402
+import corpus
 
 CHUNKS = [" ".join(t.split()[:400]) for t in corpus.texts(64, seed=9, words=400)]
 
@@ -48,7 +48,9 @@ def python(db: str) -> None:
         enc = tok.encode_batch(CHUNKS[i : i + 8])
         ids = np.array([e.ids for e in enc], dtype=np.int64)
         mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-        sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+        sess.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )
     c.execute("SELECT rowid FROM vec_memory LIMIT 1").fetchall()
 
 

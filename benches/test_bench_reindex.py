@@ -49,10 +49,11 @@ def test_reindex_baseline_python(benchmark: Any, data_dir: Path, tmp_path: Path)
     def run(db: str) -> int:
         c = sqlean.connect(db)
         c.executescript(
-            """CREATE TABLE messages (id TEXT PRIMARY KEY, channel TEXT NOT NULL, chat_id TEXT NOT NULL,
-               role TEXT NOT NULL, type TEXT, content TEXT NOT NULL, metadata JSON,
-               created_at TIMESTAMP NOT NULL);
-               CREATE VIRTUAL TABLE messages_fts USING fts5(content, content=messages, content_rowid=rowid);"""
+            """CREATE TABLE messages (id TEXT PRIMARY KEY, channel TEXT NOT NULL,
+               chat_id TEXT NOT NULL, role TEXT NOT NULL, type TEXT, content TEXT NOT NULL,
+               metadata JSON, created_at TIMESTAMP NOT NULL);
+               CREATE VIRTUAL TABLE messages_fts USING fts5(content, content=messages,
+                 content_rowid=rowid);"""
         )
 
         def rows() -> Any:
@@ -65,8 +66,14 @@ def test_reindex_baseline_python(benchmark: Any, data_dir: Path, tmp_path: Path)
                             except orjson.JSONDecodeError:
                                 continue
                             yield (
-                                m["id"], m["meta"].get("channel", ""), chat.name, m["role"], m.get("type"),
-                                m["content"], orjson.dumps(m["meta"]).decode(), m["ts"],
+                                m["id"],
+                                m["meta"].get("channel", ""),
+                                chat.name,
+                                m["role"],
+                                m.get("type"),
+                                m["content"],
+                                orjson.dumps(m["meta"]).decode(),
+                                m["ts"],
                             )
 
         c.executemany("INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?)", rows())

@@ -16,7 +16,10 @@ HERE = Path(__file__).parent
 def peak_mb(mode: str, db: str) -> float:
     out = subprocess.run(
         [sys.executable, str(HERE / "rss_probe.py"), mode, db],
-        capture_output=True, text=True, check=True, timeout=600,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
     )
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 

@@ -43,12 +43,18 @@ def test_hybrid_baseline(benchmark: Any, baseline_db: Any, py_embed: Any) -> Non
     def run() -> list[tuple[Any, ...]]:
         q = next(qs)
         qv = py_embed([q])[0].astype(np.float32).tobytes()
-        vec = [r[0] for r in baseline_db.execute(
-            "SELECT rowid FROM vec WHERE embedding MATCH ? AND k = 20 ORDER BY distance", (qv,)
-        )]
-        kw = [r[0] for r in baseline_db.execute(
-            "SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT 20", (fts_or(q),)
-        )]
+        vec = [
+            r[0]
+            for r in baseline_db.execute(
+                "SELECT rowid FROM vec WHERE embedding MATCH ? AND k = 20 ORDER BY distance", (qv,)
+            )
+        ]
+        kw = [
+            r[0]
+            for r in baseline_db.execute(
+                "SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT 20", (fts_or(q),)
+            )
+        ]
         scores: dict[int, float] = {}
         for lst in (vec, kw):
             for rank, i in enumerate(lst, 1):

@@ -1,7 +1,7 @@
 """Type stubs for the Rust extension `klaw._core` (checked by mypy.stubtest)."""
 
 from os import PathLike
-from typing import Any
+from typing import Any, TypeAlias, final
 
 __version__: str
 
@@ -15,9 +15,10 @@ class ModelNotFound(ModelError, FileNotFoundError): ...
 
 # --- store ---------------------------------------------------------------
 
-ChunkTuple = tuple[str, int | None, int | None, str | None, str]
-MessageTuple = tuple[str, str, str, str, str | None, str, str | None, str]
+_ChunkTuple: TypeAlias = tuple[str, int | None, int | None, str | None, str]
+_MessageTuple: TypeAlias = tuple[str, str, str, str, str | None, str, str | None, str]
 
+@final
 class Hit:
     @property
     def id(self) -> int: ...
@@ -38,6 +39,7 @@ class Hit:
     @property
     def score(self) -> float: ...
 
+@final
 class Store:
     def __new__(cls, path: str | PathLike[str], dim: int = 384, threads: int = 2) -> Store: ...
     @property
@@ -57,7 +59,7 @@ class Store:
         mtime: float,
         size: int,
         created_at: str,
-        chunks: list[ChunkTuple],
+        chunks: list[_ChunkTuple],
         vectors: bytes,
     ) -> list[int]: ...
     def remove_file(self, path: str) -> int: ...
@@ -66,7 +68,7 @@ class Store:
         source: str,
         chat_id: str | None,
         created_at: str,
-        chunks: list[ChunkTuple],
+        chunks: list[_ChunkTuple],
         vectors: bytes,
     ) -> list[int]: ...
     def count_chunks(self) -> int: ...
@@ -101,12 +103,12 @@ class Store:
         source: str | None = None,
     ) -> list[tuple[int, float]]: ...
     def get_chunks(self, ids: list[int]) -> list[Hit]: ...
-    def insert_messages(self, rows: list[MessageTuple]) -> int: ...
+    def insert_messages(self, rows: list[_MessageTuple]) -> int: ...
     def count_messages(self) -> int: ...
     def recent_messages(
         self, chat_id: str, since: str | None = None, limit: int = 20
-    ) -> list[MessageTuple]: ...
-    def search_messages(self, query: str, limit: int = 20) -> list[MessageTuple]: ...
+    ) -> list[_MessageTuple]: ...
+    def search_messages(self, query: str, limit: int = 20) -> list[_MessageTuple]: ...
     def upsert_session(
         self, chat_id: str, model: str, segment_start: str, created_at: str
     ) -> None: ...
@@ -130,6 +132,7 @@ def analyze(text: str, query: bool = False) -> list[str]: ...
 
 # --- embeddings ----------------------------------------------------------
 
+@final
 class Embedder:
     def __new__(
         cls,
@@ -146,6 +149,7 @@ class Embedder:
     def embed_batch(self, texts: list[str]) -> bytes: ...
     def count_tokens(self, text: str) -> int: ...
 
+@final
 class EmbeddingCache:
     def __new__(cls, path: str | PathLike[str]) -> EmbeddingCache: ...
     def get_many(self, model: str, hashes: list[str], dim: int) -> list[bytes | None]: ...
@@ -163,6 +167,6 @@ def rebuild_messages(
     db_path: str | PathLike[str],
     data_dir: str | PathLike[str],
     dim: int = 384,
-    default_model: str = "local/default",
+    default_model: str = ...,
     progress: bool = False,
 ) -> dict[str, Any]: ...

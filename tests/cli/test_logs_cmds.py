@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from klaw.cli.testing import CliRunner
 
 from klaw.cli import logs_cmds
 from klaw.cli.app import app
+from klaw.cli.testing import CliRunner
 from klaw.memory.core import CoreMemory
 from klaw.memory.jsonl import JsonlWriter, Record, encode_record
 from klaw.paths import KlawPaths

@@ -6,9 +6,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from klaw.cli.testing import CliRunner
 
 from klaw.cli.app import app
+from klaw.cli.testing import CliRunner
 from klaw.config import load_engine_config
 from klaw.paths import KlawPaths
 

@@ -59,7 +59,7 @@ def test_save_then_search_cites_the_source(memory: Memory, klaw_home: KlawPaths)
     assert hits[0].source == "manual" and hits[0].citation == "manual"
     assert hits[0].score > 0
     saved = [json.loads(line) for line in klaw_home.saved_memory.read_text().splitlines()]
-    assert [s["text"] for s in saved][0].startswith("My passport")
+    assert saved[0]["text"].startswith("My passport")
     with pytest.raises(InvalidInput):
         memory.save("   ")
     with pytest.raises(InvalidInput):

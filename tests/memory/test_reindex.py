@@ -73,7 +73,13 @@ def test_multiple_chats_and_days(klaw_home: KlawPaths, backend: object) -> None:
 def test_session_break_sets_the_segment(klaw_home: KlawPaths, backend: object) -> None:
     lines = [msg(i) for i in range(4)]
     lines.append(
-        msg(4, type="session_break", role="system", content="", meta={"channel": "telegram", "model": "deepseek/deepseek-chat"})
+        msg(
+            4,
+            type="session_break",
+            role="system",
+            content="",
+            meta={"channel": "telegram", "model": "deepseek/deepseek-chat"},
+        )
     )
     lines += [msg(i) for i in range(5, 8)]
     write_chat(klaw_home, "telegram_1", "2026-02-24", lines)
@@ -94,8 +100,6 @@ def test_torn_garbage_and_invalid_utf8_lines_are_skipped_and_reported(
 ) -> None:
     lines = [msg(0), "not json at all", msg(1), '{"id": "x"}', msg(2)]
     p = write_chat(klaw_home, "telegram_1", "2026-02-24", lines, tail=b'{"id":"torn","ts":"2026-02')
-    with p.open("ab") as f:
-        pass
     raw = p.read_bytes().replace(b"not json at all", b"\xff\xfe\xfd bad bytes")
     p.write_bytes(raw)
     r = reindex(klaw_home, backend)
@@ -112,7 +116,9 @@ def test_duplicate_ids_across_files_are_kept_once(klaw_home: KlawPaths, backend:
     assert r.messages == 1  # type: ignore[attr-defined]
 
 
-def test_after_reindex_every_search_answers_as_before(klaw_home: KlawPaths, backend: object) -> None:
+def test_after_reindex_every_search_answers_as_before(
+    klaw_home: KlawPaths, backend: object
+) -> None:
     cfg = load_engine_config(klaw_home.engine_config)
     ws = klaw_home.workspace
     (ws / "memory").mkdir()
@@ -161,7 +167,8 @@ def test_refuses_while_the_engine_holds_the_lock(klaw_home: KlawPaths, backend: 
             sys.executable,
             "-c",
             "import sys; from pathlib import Path; from klaw.lock import EngineLock; "
-            "l = EngineLock(Path(sys.argv[1])).acquire(); print('held', flush=True); sys.stdin.read()",
+            "l = EngineLock(Path(sys.argv[1])).acquire(); print('held', flush=True); "
+            "sys.stdin.read()",
             str(klaw_home.engine_lock),
         ],
         stdin=subprocess.PIPE,

@@ -55,11 +55,15 @@ def test_vector_of_wrong_dimension_is_rejected(store: _core.Store) -> None:
     with pytest.raises(InvalidInput, match="dimension"):
         store.vector_search(_core.pack_f32([0.1] * 100), k=3)
     with pytest.raises(InvalidInput, match="vectors of dimension 384"):
-        store.add_chunks("manual", None, "2026-01-01T00:00:00Z", [chunk("x")], _core.pack_f32([1.0] * 10))
+        store.add_chunks(
+            "manual", None, "2026-01-01T00:00:00Z", [chunk("x")], _core.pack_f32([1.0] * 10)
+        )
     with pytest.raises(InvalidInput, match="float32"):
         store.vector_search(b"\x00\x01\x02", k=3)
     with pytest.raises(InvalidInput, match="NaN"):
-        store.add_chunks("manual", None, "2026-01-01T00:00:00Z", [chunk("x")], _core.pack_f32([math.nan] * 384))
+        store.add_chunks(
+            "manual", None, "2026-01-01T00:00:00Z", [chunk("x")], _core.pack_f32([math.nan] * 384)
+        )
     with pytest.raises(InvalidInput, match="ISO"):
         store.add_chunks("manual", None, "yesterday", [chunk("x")], _core.pack_f32(vec(1)))
     assert store.count_chunks() == 0
@@ -118,7 +122,9 @@ def test_filters_since_until_source(store: _core.Store) -> None:
     add(store, ["old note about taxes"], 0, created_at="2025-01-01T00:00:00Z")
     add(store, ["new note about taxes"], 1, created_at="2026-06-01T00:00:00Z", source="MEMORY.md")
     q = _core.pack_f32(vec(0))
-    assert [h.content for h in store.search(q, "taxes", since="2026-01-01")] == ["new note about taxes"]
+    assert [h.content for h in store.search(q, "taxes", since="2026-01-01")] == [
+        "new note about taxes"
+    ]
     assert [h.content for h in store.search(q, "taxes", until="2025-12-31T23:59:59Z")] == [
         "old note about taxes"
     ]
@@ -130,7 +136,16 @@ def test_filters_since_until_source(store: _core.Store) -> None:
 
 def test_replace_file_and_remove_file(store: _core.Store) -> None:
     chunks = [("line one", 1, 1, "H", "a"), ("line two", 2, 2, "H", "b")]
-    ids = store.replace_file("MEMORY.md", "MEMORY.md", "h1", 1.0, 10, "2026-01-01T00:00:00Z", chunks, pack(vec(1), vec(2)))
+    ids = store.replace_file(
+        "MEMORY.md",
+        "MEMORY.md",
+        "h1",
+        1.0,
+        10,
+        "2026-01-01T00:00:00Z",
+        chunks,
+        pack(vec(1), vec(2)),
+    )
     assert len(ids) == 2 and store.file_state("MEMORY.md") == ("h1", 1.0, 10)
     new = store.replace_file(
         "MEMORY.md", "MEMORY.md", "h2", 2.0, 5, "2026-01-01T00:00:00Z", chunks[:1], pack(vec(3))
@@ -146,8 +161,26 @@ def test_replace_file_and_remove_file(store: _core.Store) -> None:
 
 def test_messages_insert_is_idempotent_and_searchable(store: _core.Store) -> None:
     rows = [
-        ("m1", "telegram", "telegram_1", "user", None, "hello about the garden", None, "2026-01-01T10:00:00Z"),
-        ("m2", "telegram", "telegram_1", "assistant", None, "the garden needs water", '{"model":"x"}', "2026-01-01T10:00:01Z"),
+        (
+            "m1",
+            "telegram",
+            "telegram_1",
+            "user",
+            None,
+            "hello about the garden",
+            None,
+            "2026-01-01T10:00:00Z",
+        ),
+        (
+            "m2",
+            "telegram",
+            "telegram_1",
+            "assistant",
+            None,
+            "the garden needs water",
+            '{"model":"x"}',
+            "2026-01-01T10:00:01Z",
+        ),
     ]
     assert store.insert_messages(rows) == 2
     assert store.insert_messages(rows) == 0  # redelivery is harmless
@@ -158,13 +191,21 @@ def test_messages_insert_is_idempotent_and_searchable(store: _core.Store) -> Non
     assert [m[0] for m in store.search_messages("water")] == ["m2"]
     assert store.search_messages("!!!") == []
     assert [m[0] for m in store.recent_messages("telegram_1", limit=1)] == ["m2"]
-    assert [m[0] for m in store.recent_messages("telegram_1", since="2026-01-01T10:00:01Z")] == ["m2"]
+    assert [m[0] for m in store.recent_messages("telegram_1", since="2026-01-01T10:00:01Z")] == [
+        "m2"
+    ]
 
 
 def test_sessions_and_meta(store: _core.Store) -> None:
     store.upsert_session("c1", "glm/glm-5", "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z")
-    store.upsert_session("c1", "deepseek/deepseek-chat", "2026-01-02T00:00:00Z", "2026-01-02T00:00:00Z")
-    assert store.get_session("c1") == ("deepseek/deepseek-chat", "2026-01-02T00:00:00Z", "2026-01-01T00:00:00Z")
+    store.upsert_session(
+        "c1", "deepseek/deepseek-chat", "2026-01-02T00:00:00Z", "2026-01-02T00:00:00Z"
+    )
+    assert store.get_session("c1") == (
+        "deepseek/deepseek-chat",
+        "2026-01-02T00:00:00Z",
+        "2026-01-01T00:00:00Z",
+    )
     assert store.get_session("nope") is None
     store.meta_set("k", "v")
     assert store.meta_get("k") == "v"
@@ -210,7 +251,9 @@ def test_int8_index_recall_matches_exact_float_search(store: _core.Store) -> Non
         v = [rnd.gauss(0, 1) for _ in range(384)]
         norm = math.sqrt(sum(x * x for x in v))
         vs.append([x / norm for x in v])
-    store.add_chunks("manual", None, "2026-01-01T00:00:00Z", [chunk(f"c{i}") for i in range(n)], pack(*vs))
+    store.add_chunks(
+        "manual", None, "2026-01-01T00:00:00Z", [chunk(f"c{i}") for i in range(n)], pack(*vs)
+    )
     found = total = 0
     for qi in range(20):
         q = _core.pack_f32(vs[qi * 37])

@@ -82,25 +82,50 @@ def _model_install(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="klaw", description="Klaw: a light, reliable personal AI agent.")
+    p = argparse.ArgumentParser(
+        prog="klaw", description="Klaw: a light, reliable personal AI agent."
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    def cmd(parent: argparse._SubParsersAction[argparse.ArgumentParser], name: str, helptext: str, fn: Handler) -> argparse.ArgumentParser:
+    def cmd(
+        parent: argparse._SubParsersAction[argparse.ArgumentParser],
+        name: str,
+        helptext: str,
+        fn: Handler,
+    ) -> argparse.ArgumentParser:
         sp = parent.add_parser(name, help=helptext, description=helptext)
         sp.set_defaults(handler=fn)
         return sp
 
-    sp = cmd(sub, "init", "Create the workspace skeleton and the config files (never overwrites).", _init)
-    sp.add_argument("--workspace", type=Path, help="workspace directory (default $KLAW_WORKSPACE or ~/klaw-workspace)")
-    cmd(sub, "doctor", "Check config, paths, model files, ONNX Runtime, the store and disk; print fixes.", _doctor)
-    sp = cmd(sub, "reindex", "Rebuild klaw.db from the files (conversations, summaries, memory, workspace).", _reindex)
+    sp = cmd(
+        sub, "init", "Create the workspace skeleton and the config files (never overwrites).", _init
+    )
+    sp.add_argument(
+        "--workspace",
+        type=Path,
+        help="workspace directory (default $KLAW_WORKSPACE or ~/klaw-workspace)",
+    )
+    cmd(
+        sub,
+        "doctor",
+        "Check config, paths, model files, ONNX Runtime, the store and disk; print fixes.",
+        _doctor,
+    )
+    sp = cmd(
+        sub,
+        "reindex",
+        "Rebuild klaw.db from the files (conversations, summaries, memory, workspace).",
+        _reindex,
+    )
     sp.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     sp = cmd(sub, "logs", "Print conversation logs (JSONL) in a readable form.", _logs)
     sp.add_argument("--chat", help="chat id, e.g. telegram_123")
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     sp.add_argument("-n", "--lines", type=int, default=50, help="how many last lines (default 50)")
 
-    mem = sub.add_parser("memory", help="Core and archival memory.", description="Core and archival memory.")
+    mem = sub.add_parser(
+        "memory", help="Core and archival memory.", description="Core and archival memory."
+    )
     msub = mem.add_subparsers(dest="memory_command", metavar="COMMAND")
     mem.set_defaults(handler=lambda a: _usage(mem))
     cmd(msub, "show", "Print core memory (core_memory.json).", _memory_show)
@@ -108,20 +133,39 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd(msub, "save", "Save a fact to archival memory.", _memory_save)
     sp.add_argument("text")
     sp.add_argument("--source", default="manual", help="source label of the fact (default manual)")
-    sp = cmd(msub, "search", "Hybrid (vector + keyword) search over archival memory.", _memory_search)
+    sp = cmd(
+        msub, "search", "Hybrid (vector + keyword) search over archival memory.", _memory_search
+    )
     sp.add_argument("query", nargs="?")
     sp.add_argument("--json", action="store_true", help="JSON output")
     sp.add_argument("--top-k", type=int, default=10, help="how many hits (default 10)")
     sp.add_argument("--interactive", action="store_true", help="ask queries in a loop")
-    sp = cmd(msub, "import", "Index a Markdown file or a directory of them into archival memory.", _memory_import)
+    sp = cmd(
+        msub,
+        "import",
+        "Index a Markdown file or a directory of them into archival memory.",
+        _memory_import,
+    )
     sp.add_argument("path", type=Path)
-    cmd(msub, "index", "Index the workspace memory (MEMORY.md, memory/*.md); unchanged files are skipped.", _memory_index)
+    cmd(
+        msub,
+        "index",
+        "Index the workspace memory (MEMORY.md, memory/*.md); unchanged files are skipped.",
+        _memory_index,
+    )
 
     model = sub.add_parser("model", help="The embedding model.", description="The embedding model.")
     model.set_defaults(handler=lambda a: _usage(model))
     msub = model.add_subparsers(dest="model_command", metavar="COMMAND")
-    sp = cmd(msub, "install", "Copy the embedding model into $XDG_CACHE_HOME/klaw/models (or download it).", _model_install)
-    sp.add_argument("--from-hub", metavar="URL", help="download model.onnx and tokenizer.json from this URL")
+    sp = cmd(
+        msub,
+        "install",
+        "Copy the embedding model into $XDG_CACHE_HOME/klaw/models (or download it).",
+        _model_install,
+    )
+    sp.add_argument(
+        "--from-hub", metavar="URL", help="download model.onnx and tokenizer.json from this URL"
+    )
     sp.add_argument("--force", action="store_true", help="overwrite an installed model")
     return p
 

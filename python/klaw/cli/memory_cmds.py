@@ -47,7 +47,9 @@ def save(text: str, source: str = "manual") -> int:
     return 0
 
 
-def search(query: str | None, json_out: bool = False, top_k: int = 10, interactive: bool = False) -> int:
+def search(
+    query: str | None, json_out: bool = False, top_k: int = 10, interactive: bool = False
+) -> int:
     from klaw.errors import KlawError
 
     if not interactive and not query:

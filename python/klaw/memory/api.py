@@ -128,7 +128,9 @@ class Memory:
         if recorded is None:
             store.meta_set("embedding_model", backend.model_id)
         elif recorded != backend.model_id:
-            log.warning("embedding model changed (%s -> %s): re-embedding", recorded, backend.model_id)
+            log.warning(
+                "embedding model changed (%s -> %s): re-embedding", recorded, backend.model_id
+            )
             store.close()
             from klaw.memory.reindex import rebuild
 
@@ -181,7 +183,13 @@ class Memory:
         if not source.strip():
             raise InvalidInput("source must not be empty")
         ts = to_iso(created_at) or now_iso()
-        record = {"id": uuid.uuid4().hex, "ts": ts, "source": source, "chat_id": chat_id, "text": text}
+        record = {
+            "id": uuid.uuid4().hex,
+            "ts": ts,
+            "source": source,
+            "chat_id": chat_id,
+            "text": text,
+        }
         with self._save_lock:
             self._append_saved(record)
             return self._index_saved(record)
@@ -206,7 +214,9 @@ class Memory:
         # Saved facts have no file lines to cite: the line range is dropped.
         tuples = [(t[0], None, None, t[3], t[4]) for t in tuples]
         return list(
-            self.store.add_chunks(record["source"], record.get("chat_id"), record["ts"], tuples, vectors)
+            self.store.add_chunks(
+                record["source"], record.get("chat_id"), record["ts"], tuples, vectors
+            )
         )
 
     def source_label(self, path: Path) -> str:
@@ -254,7 +264,9 @@ class Memory:
         tuples = self._tuples(chunks)
         vectors, _ = self._embed([t[0] for t in tuples])
         m = _DATED.search(p.name)
-        created = f"{m.group(1)}T00:00:00Z" if m else to_iso(datetime.fromtimestamp(st.st_mtime, UTC))
+        created = (
+            f"{m.group(1)}T00:00:00Z" if m else to_iso(datetime.fromtimestamp(st.st_mtime, UTC))
+        )
         assert created is not None
         ids = self.store.replace_file(
             label, source or label, digest, st.st_mtime, st.st_size, created, tuples, vectors

@@ -189,10 +189,34 @@ impl Progress {
     }
 }
 
+/// Builds the full-text index in its own database file on another thread (SQLite
+/// has one writer per file), fed with (rowid, content) as messages are inserted;
+/// its shadow tables are copied into klaw.db at the end, a plain page copy.
+fn fts_worker(path: PathBuf, rx: mpsc::Receiver<Vec<(i64, String)>>) -> Result<()> {
+    let mut c = Connection::open(&path)?;
+    c.execute_batch(
+        "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-65536;
+         CREATE TABLE messages(content TEXT);
+         CREATE VIRTUAL TABLE messages_fts USING fts5(content, content=messages, content_rowid=rowid);",
+    )?;
+    let t = c.transaction()?;
+    {
+        let mut ins = t.prepare("INSERT INTO messages_fts(rowid, content) VALUES (?1, ?2)")?;
+        for batch in rx {
+            for (rowid, content) in batch {
+                ins.execute(params![rowid, content])?;
+            }
+        }
+    }
+    t.commit()?;
+    Ok(())
+}
+
 /// Fills `messages` (+ `messages_fts`), `sessions` and `summaries` of an already
 /// migrated, empty database from the files under `data_dir`.
 pub fn rebuild_messages(
     conn: &mut Connection,
+    db_path: &Path,
     data_dir: &Path,
     default_model: &str,
     progress: bool,
@@ -206,22 +230,27 @@ pub fn rebuild_messages(
     // the final fsync + rename, so the build itself skips the journal.
     conn.execute_batch(
         "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-65536; \
-         PRAGMA temp_store=MEMORY; DROP TRIGGER IF EXISTS messages_ai;",
+         PRAGMA temp_store=MEMORY; DROP TRIGGER IF EXISTS messages_ai; DROP INDEX IF EXISTS idx_messages_chat;",
     )?;
-    // Fewer, larger FTS5 segments: flush the pending-terms hash less often.
-    let _ = conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', 0)", []);
+    let mut fts_path = db_path.as_os_str().to_owned();
+    fts_path.push(".fts-build");
+    let fts_path = PathBuf::from(fts_path);
+    let _ = std::fs::remove_file(&fts_path);
     let (tx, rx) = mpsc::sync_channel::<Batch>(4);
+    let (ftx, frx) = mpsc::sync_channel::<Vec<(i64, String)>>(4);
     let parser = std::thread::spawn(move || parse_files(files, &tx));
+    let fts_file = fts_path.clone();
+    let fts = std::thread::spawn(move || fts_worker(fts_file, frx));
     let t = conn.transaction()?;
     {
         let mut ins = t.prepare(
             "INSERT OR IGNORE INTO messages(id, channel, chat_id, role, type, content, metadata, created_at) \
              VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
         )?;
-        let mut fts = t.prepare("INSERT INTO messages_fts(rowid, content) VALUES (?1, ?2)")?;
         for b in rx {
             match b {
                 Batch::Rows(rows, bytes) => {
+                    let mut out = Vec::with_capacity(rows.len());
                     for m in rows {
                         stats.lines += 1;
                         let n = ins.execute(params![
@@ -231,8 +260,11 @@ pub fn rebuild_messages(
                             stats.duplicates += 1;
                             continue;
                         }
-                        fts.execute(params![t.last_insert_rowid(), m.content])?;
+                        out.push((t.last_insert_rowid(), m.content));
                         stats.messages += 1;
+                    }
+                    if ftx.send(out).is_err() {
+                        break; // the worker failed; its error is reported below
                     }
                     prog.add(bytes);
                 }
@@ -247,10 +279,16 @@ pub fn rebuild_messages(
             }
         }
     }
+    drop(ftx);
     match parser.join() {
         Ok(r) => r?,
         Err(_) => return Err(CoreError::Io(std::io::Error::other("JSONL parser thread panicked"))),
     }
+    match fts.join() {
+        Ok(r) => r?,
+        Err(_) => return Err(CoreError::Io(std::io::Error::other("full-text build thread panicked"))),
+    }
+    t.execute_batch("CREATE INDEX idx_messages_chat ON messages(chat_id, created_at DESC);")?;
     // Sessions: the segment starts at the last session_break of each chat.
     stats.sessions = t.execute(
         "INSERT INTO sessions(chat_id, model, segment_start, created_at)
@@ -266,12 +304,24 @@ pub fn rebuild_messages(
     )? as u64;
     stats.summaries = insert_summaries(&t, &data_dir.join("summaries"))?;
     t.commit()?;
+    conn.execute("ATTACH DATABASE ?1 AS ftsb", [fts_path.to_string_lossy()])?;
+    conn.execute_batch(
+        "BEGIN;
+         DELETE FROM main.messages_fts_data; DELETE FROM main.messages_fts_idx;
+         DELETE FROM main.messages_fts_docsize; DELETE FROM main.messages_fts_config;
+         INSERT INTO main.messages_fts_data SELECT * FROM ftsb.messages_fts_data;
+         INSERT INTO main.messages_fts_idx SELECT * FROM ftsb.messages_fts_idx;
+         INSERT INTO main.messages_fts_docsize SELECT * FROM ftsb.messages_fts_docsize;
+         INSERT INTO main.messages_fts_config SELECT * FROM ftsb.messages_fts_config;
+         COMMIT;",
+    )?;
+    conn.execute("DETACH DATABASE ftsb", [])?;
+    let _ = std::fs::remove_file(&fts_path);
     conn.execute_batch(
         "CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
              INSERT INTO messages_fts(rowid, content) VALUES (new.rowid, new.content);
          END;",
     )?;
-    let _ = conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', 4)", []);
     if prog.enabled && prog.shown != 100 {
         prog.shown = 99;
         prog.done = prog.total;
@@ -352,7 +402,7 @@ pub fn rebuild_into(db: &Path, data_dir: &Path, dim: usize, default_model: &str,
     crate::store::register_sqlite_vec();
     let mut conn = Connection::open(db)?;
     crate::schema::migrate(&mut conn, dim)?;
-    let stats = rebuild_messages(&mut conn, data_dir, default_model, progress)?;
+    let stats = rebuild_messages(&mut conn, db, data_dir, default_model, progress)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     drop(conn);

@@ -62,6 +62,8 @@ fn chunk_markdown(py: Python<'_>, text: &str, size: i64, overlap: i64) -> PyResu
     Ok(chunks.into_iter().map(PyChunk::from).collect())
 }
 
+// Owned on purpose: extracted with the GIL held, then used without it.
+#[allow(clippy::needless_pass_by_value)]
 #[pyfunction]
 #[pyo3(signature = (texts, size=400, overlap=80))]
 fn chunk_all(

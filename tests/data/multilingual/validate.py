@@ -65,14 +65,18 @@ CYRILLIC_RE = re.compile(r"[\u0400-\u04ff]")
 WORD_RE = re.compile(r"\w+", re.UNICODE)
 
 STOP = {
-    "en": set("""a an the of for to in on at by with from into about and or but not no
+    "en": set(
+        """a an the of for to in on at by with from into about and or but not no
         is are was were be been am do does did i me my we our us you your he she her his
         it its they them their this that these those what what's which who whom when where
-        why how s t can should would will per each next last than then there here""".split()),
-    "ru": set("""а и в во на с со к ко о об от до за для из у по не ни но же ли бы что
+        why how s t can should would will per each next last than then there here""".split()
+    ),
+    "ru": set(
+        """а и в во на с со к ко о об от до за для из у по не ни но же ли бы что
         как где когда кто какой какая какое какие какого каком мой моя моё мое мои моей моего
         меня мне мной я ты он она оно мы вы они его её ее их нас нам нами у это этот эта эти
-        там тут все всё весь был была было были есть сколько во""".split()),
+        там тут все всё весь был была было были есть сколько во""".split()
+    ),
 }
 # Very frequent Chinese characters that should not count as shared evidence.
 ZH_STOP_CHARS = set("的了是我在有和就不也都要一个这那你他她们上下吗呢吧把被给到去来说么什")
@@ -105,7 +109,7 @@ def content_words(text, lang):
 
 def common_prefix(a, b):
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -122,7 +126,7 @@ def cjk_bigrams(text):
     out = set()
     for seg in re.findall(f"[{CJK}]+", text):
         for i in range(len(seg) - 1):
-            out.add(seg[i:i + 2])
+            out.add(seg[i : i + 2])
     return out
 
 
@@ -181,12 +185,17 @@ def check_notes(notes, rep):
             if not CJK_CHAR_RE.search(text):
                 rep.error(f"{w}: zh note without CJK characters")
             if CJK_GAP_RE.search(text):
-                rep.error(f"{w}: zh note has whitespace between CJK characters (must be unsegmented)")
+                rep.error(
+                    f"{w}: zh note has whitespace between CJK characters (must be unsegmented)"
+                )
             sentences = len(re.findall(r"[。！？]+", text)) or 1
         else:
             if lang == "ru" and not CYRILLIC_RE.search(text):
                 rep.error(f"{w}: ru note without Cyrillic")
-            if lang == "en" and (CYRILLIC_RE.search(text) or CJK_CHAR_RE.search(text) and len(CJK_CHAR_RE.findall(text)) > 2):
+            if lang == "en" and (
+                CYRILLIC_RE.search(text)
+                or (CJK_CHAR_RE.search(text) and len(CJK_CHAR_RE.findall(text)) > 2)
+            ):
                 rep.error(f"{w}: en note contains Cyrillic/CJK text")
             sentences = len(re.findall(r"[.!?…]+(?:\s+[A-ZА-ЯЁ\"'«]|$)", text.rstrip())) or 1
         if sentences > 4:
@@ -200,8 +209,14 @@ def check_queries(queries, notes_by_id, rep):
         notes_by_lang[n["lang"]].append(n)
     seen = set()
     for q in queries:
-        w, qid, lang, text, rel, kind = (q["_where"], q["id"], q["lang"], q["query"],
-                                          q["relevant"], q["kind"])
+        w, qid, lang, text, rel, kind = (
+            q["_where"],
+            q["id"],
+            q["lang"],
+            q["query"],
+            q["relevant"],
+            q["kind"],
+        )
         if qid in seen:
             rep.error(f"{w}: duplicate query id {qid}")
         seen.add(qid)
@@ -248,14 +263,18 @@ def check_queries(queries, notes_by_id, rep):
                 rep.error(f"{w}: {qid} cjk-word query must be 2-4 CJK characters: {text!r}")
             containing = {n["id"] for n in notes_by_lang["zh"] if text in n["text"]}
             if containing != rel_set:
-                rep.error(f"{w}: {qid} {text!r}: relevant {sorted(rel_set)} != zh notes containing it "
-                          f"{sorted(containing)}")
+                rep.error(
+                    f"{w}: {qid} {text!r}: relevant {sorted(rel_set)} != zh notes containing it "
+                    f"{sorted(containing)}"
+                )
         elif kind == "exact":
             needle = text.lower()
             containing = {n["id"] for n in notes_by_id.values() if needle in n["text"].lower()}
             if containing != rel_set:
-                rep.error(f"{w}: {qid} {text!r}: relevant {sorted(rel_set)} != notes containing it "
-                          f"{sorted(containing)}")
+                rep.error(
+                    f"{w}: {qid} {text!r}: relevant {sorted(rel_set)} != notes containing it "
+                    f"{sorted(containing)}"
+                )
         elif kind == "inflection":
             if lang not in ("ru", "en"):
                 rep.error(f"{w}: {qid} inflection queries must be ru or en")
@@ -264,14 +283,20 @@ def check_queries(queries, notes_by_id, rep):
             else:
                 absent = [x for x in cw if x not in rel_vocab]
                 if len(absent) < math.ceil(len(cw) / 2):
-                    rep.error(f"{w}: {qid} {text!r}: too many key words occur verbatim in the relevant "
-                              f"notes (absent: {absent} of {cw})")
+                    rep.error(
+                        f"{w}: {qid} {text!r}: too many key words occur verbatim in the relevant "
+                        f"notes (absent: {absent} of {cw})"
+                    )
                 stemmed = [x for x in absent if stem_match(x, rel_vocab)]
                 if not stemmed:
-                    rep.error(f"{w}: {qid} {text!r}: no key word found in another form in relevant notes")
+                    rep.error(
+                        f"{w}: {qid} {text!r}: no key word found in another form in relevant notes"
+                    )
                 for x in absent:
                     if x not in stemmed:
-                        rep.warn(f"{w}: {qid} word {x!r} has no prefix-stem match (irregular form?)")
+                        rep.warn(
+                            f"{w}: {qid} word {x!r} has no prefix-stem match (irregular form?)"
+                        )
                 for n in rel_notes:
                     nv = set(words(n["text"]))
                     if not any(x not in nv and stem_match(x, nv) for x in cw):
@@ -280,7 +305,9 @@ def check_queries(queries, notes_by_id, rep):
             if lang == "zh":
                 n_chars = len(re.findall(r"\w", text))
                 if not 6 <= n_chars <= 30:
-                    rep.error(f"{w}: {qid} zh natural query should be 6-30 characters, got {n_chars}")
+                    rep.error(
+                        f"{w}: {qid} zh natural query should be 6-30 characters, got {n_chars}"
+                    )
             else:
                 n_words = len(text.split())
                 if not 5 <= n_words <= 12:
@@ -291,7 +318,9 @@ def check_queries(queries, notes_by_id, rep):
                 rel_bg = set().union(*(cjk_bigrams(n["text"]) for n in rel_notes))
                 shared = bg & rel_bg
                 if bg and len(shared) > len(bg) / 2:
-                    rep.error(f"{w}: {qid} semantic query shares too many bigrams: {sorted(shared)}")
+                    rep.error(
+                        f"{w}: {qid} semantic query shares too many bigrams: {sorted(shared)}"
+                    )
             else:
                 shared = [x for x in cw if x in rel_vocab]
                 if cw and len(shared) > len(cw) / 2:
@@ -327,10 +356,14 @@ def main(argv):
     args = [a for a in argv if not a.startswith("-")]
     data_dir = args[0] if args else os.path.dirname(os.path.abspath(__file__))
     rep = Report()
-    notes = load_jsonl(os.path.join(data_dir, "notes.jsonl"), rep,
-                       {"id": str, "lang": str, "text": str})
-    queries = load_jsonl(os.path.join(data_dir, "queries.jsonl"), rep,
-                         {"id": str, "lang": str, "query": str, "relevant": list, "kind": str})
+    notes = load_jsonl(
+        os.path.join(data_dir, "notes.jsonl"), rep, {"id": str, "lang": str, "text": str}
+    )
+    queries = load_jsonl(
+        os.path.join(data_dir, "queries.jsonl"),
+        rep,
+        {"id": str, "lang": str, "query": str, "relevant": list, "kind": str},
+    )
     notes_by_id = check_notes(notes, rep)
     check_queries(queries, notes_by_id, rep)
 
@@ -348,24 +381,42 @@ def main(argv):
 
     need(len(notes) >= MIN_NOTES, f"need >= {MIN_NOTES} notes, have {len(notes)}")
     for lang in LANGS:
-        need(note_langs[lang] >= MIN_NOTES_PER_LANG_FRACTION * len(notes),
-             f"notes in {lang}: {note_langs[lang]} is far from 1/3 of {len(notes)}")
-        need(q_langs[lang] >= MIN_QUERIES_PER_LANG,
-             f"need >= {MIN_QUERIES_PER_LANG} {lang} queries, have {q_langs[lang]}")
-        need(q_lang_kind[(lang, "natural")] >= MIN_NATURAL_PER_LANG,
-             f"need >= {MIN_NATURAL_PER_LANG} natural {lang} queries, have {q_lang_kind[(lang, 'natural')]}")
+        need(
+            note_langs[lang] >= MIN_NOTES_PER_LANG_FRACTION * len(notes),
+            f"notes in {lang}: {note_langs[lang]} is far from 1/3 of {len(notes)}",
+        )
+        need(
+            q_langs[lang] >= MIN_QUERIES_PER_LANG,
+            f"need >= {MIN_QUERIES_PER_LANG} {lang} queries, have {q_langs[lang]}",
+        )
+        need(
+            q_lang_kind[(lang, "natural")] >= MIN_NATURAL_PER_LANG,
+            f"need >= {MIN_NATURAL_PER_LANG} natural {lang} queries, have {q_lang_kind[(lang, 'natural')]}",
+        )
     need(len(queries) >= MIN_QUERIES, f"need >= {MIN_QUERIES} queries, have {len(queries)}")
-    need(q_lang_kind[("ru", "inflection")] >= MIN_INFLECTION_RU,
-         f"need >= {MIN_INFLECTION_RU} ru inflection queries, have {q_lang_kind[('ru', 'inflection')]}")
-    need(q_lang_kind[("en", "inflection")] >= MIN_INFLECTION_EN,
-         f"need >= {MIN_INFLECTION_EN} en inflection queries, have {q_lang_kind[('en', 'inflection')]}")
-    need(q_kinds["cjk-word"] >= MIN_CJK_WORD,
-         f"need >= {MIN_CJK_WORD} cjk-word queries, have {q_kinds['cjk-word']}")
-    need(cjk_two >= MIN_CJK_WORD_TWO_CHAR,
-         f"need >= {MIN_CJK_WORD_TWO_CHAR} two-character cjk-word queries, have {cjk_two}")
-    need(q_kinds["exact"] >= MIN_EXACT, f"need >= {MIN_EXACT} exact queries, have {q_kinds['exact']}")
-    need(q_kinds["semantic"] >= MIN_SEMANTIC,
-         f"need >= {MIN_SEMANTIC} semantic queries, have {q_kinds['semantic']}")
+    need(
+        q_lang_kind[("ru", "inflection")] >= MIN_INFLECTION_RU,
+        f"need >= {MIN_INFLECTION_RU} ru inflection queries, have {q_lang_kind[('ru', 'inflection')]}",
+    )
+    need(
+        q_lang_kind[("en", "inflection")] >= MIN_INFLECTION_EN,
+        f"need >= {MIN_INFLECTION_EN} en inflection queries, have {q_lang_kind[('en', 'inflection')]}",
+    )
+    need(
+        q_kinds["cjk-word"] >= MIN_CJK_WORD,
+        f"need >= {MIN_CJK_WORD} cjk-word queries, have {q_kinds['cjk-word']}",
+    )
+    need(
+        cjk_two >= MIN_CJK_WORD_TWO_CHAR,
+        f"need >= {MIN_CJK_WORD_TWO_CHAR} two-character cjk-word queries, have {cjk_two}",
+    )
+    need(
+        q_kinds["exact"] >= MIN_EXACT, f"need >= {MIN_EXACT} exact queries, have {q_kinds['exact']}"
+    )
+    need(
+        q_kinds["semantic"] >= MIN_SEMANTIC,
+        f"need >= {MIN_SEMANTIC} semantic queries, have {q_kinds['semantic']}",
+    )
 
     # ---- summary ----
     print(f"notes:   {len(notes)}  " + "  ".join(f"{l}={note_langs[l]}" for l in LANGS))
@@ -373,7 +424,9 @@ def main(argv):
     header = f"  {'kind':<11}" + "".join(f"{l:>6}" for l in LANGS) + f"{'total':>7}"
     print(header)
     for k in KINDS:
-        print(f"  {k:<11}" + "".join(f"{q_lang_kind[(l, k)]:>6}" for l in LANGS) + f"{q_kinds[k]:>7}")
+        print(
+            f"  {k:<11}" + "".join(f"{q_lang_kind[(l, k)]:>6}" for l in LANGS) + f"{q_kinds[k]:>7}"
+        )
     print(f"  cjk-word with 2 characters: {cjk_two}")
     print("  relevant per query: " + ", ".join(f"{k} -> {v}" for k, v in sorted(rel_sizes.items())))
     if rep.warnings:
