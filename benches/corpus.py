@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 EN = (
     "meeting project garden doctor appointment password wifi server docker backup invoice "
@@ -36,6 +38,8 @@ ZH = (
 
 
 def texts(n: int, seed: int = 1, words: int = 60) -> list[str]:
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     vocab = EN + RU + ZH
     ranks = np.arange(1, len(vocab) + 1)
@@ -53,6 +57,8 @@ def texts(n: int, seed: int = 1, words: int = 60) -> list[str]:
 
 
 def vectors(n: int, dim: int = 384, seed: int = 2, clusters: int = 500) -> np.ndarray:
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     centers = rng.standard_normal((clusters, dim)).astype(np.float32)
     assign = rng.integers(0, clusters, n)
@@ -77,6 +83,8 @@ QUERIES = [
 
 def jsonl_messages(root: Path, n: int, chats: int = 20, seed: int = 3) -> int:
     """Writes n messages as conversations/{chat}/{day}.jsonl; returns bytes written."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     body = texts(2000, seed=seed, words=18)
     total = 0

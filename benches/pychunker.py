@@ -303,9 +303,8 @@ def trim_range(text: str, a: int, b: int) -> tuple[int, int] | None:
     return (a, b) if a < b else None
 
 
-# Closing quotes and brackets, incl. full-width ones (escaped for ruff RUF001).
-CLOSERS = frozenset("\"')]\u00bb\u201d\u2019\u300d\u300f\uff09")
-CJK_STOPS = "\u3002\uff01\uff1f\uff1b"  # full-width stop, exclamation, question, semicolon
+CLOSERS = frozenset("\"')]»”’」』）")
+CJK_STOPS = "。！？；"
 
 
 def sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
@@ -384,6 +383,11 @@ def split_block(doc: Doc, kind: int, first: int, end: int, limit: int) -> list[t
     return pieces
 
 
+def budget(tokens: int) -> int:
+    """Largest unit count that still rounds to at most `tokens`; zero stays zero."""
+    return tokens * UNITS_PER_TOKEN + UNITS_PER_TOKEN // 2 - 1 if tokens else 0
+
+
 def chunk_markdown(text: str, size: int = 400, overlap: int = 80) -> list[Chunk]:
     if size <= 0:
         raise ValueError(f"size must be > 0, got {size}")
@@ -392,8 +396,8 @@ def chunk_markdown(text: str, size: int = 400, overlap: int = 80) -> list[Chunk]
     doc = Doc(text)
     src = doc.text
     blocks, paths = parse_blocks(doc)
-    limit = size * UNITS_PER_TOKEN
-    olimit = overlap * UNITS_PER_TOKEN
+    limit = budget(size)
+    olimit = budget(overlap)
 
     # Segments: [a, b, units, gap, path, heading, block_end]
     segs: list[list[int]] = []

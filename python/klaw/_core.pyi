@@ -141,7 +141,7 @@ class Embedder:
         ort_library: str | PathLike[str] | None = None,
         threads: int = 1,
         max_length: int = 256,
-        max_batch_tokens: int = 4096,
+        max_batch_tokens: int = 0,
     ) -> Embedder: ...
     @property
     def dim(self) -> int: ...

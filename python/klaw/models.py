@@ -291,6 +291,7 @@ def install_model(
     *,
     name: str = DEFAULT_MODEL,
     timeout: float = DOWNLOAD_TIMEOUT_S,
+    quantize: bool = True,
 ) -> Path:
     """Put model.onnx and tokenizer.json into `paths.models/name` and return that directory.
 
@@ -319,4 +320,40 @@ def install_model(
             _copy_atomic(sources[filename], target)
         else:
             _download_atomic(f"{from_hub.rstrip('/')}/{filename}", target, timeout)
+    if quantize and quantization_available():
+        quantize_dynamic_int8(targets[MODEL_FILE])
     return dest
+
+
+def quantization_available() -> bool:
+    """Whether `onnx` and onnxruntime's quantization tools are installed."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+
+
+def quantize_dynamic_int8(model: Path) -> None:
+    """Rewrites `model` in place as a dynamically quantized int8 graph.
+
+    The packaged model stores int8 weights that ONNX Runtime expands to fp32 at
+    load (≈ 205 MiB resident, and it computes in fp32). Folding those constants
+    (ORT's basic optimisation level writes the folded fp32 graph) and quantizing
+    it dynamically per channel gives a model that runs MatMulInteger kernels at
+    ≈ 85 MiB resident, with cosine ≥ 0.96 (mean 0.988) to the original and the
+    same recall on our multilingual set (docs/decisions.md).
+    """
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folded = model.with_name(model.name + ".fp32.tmp")
+    out = model.with_name(model.name + ".q8.tmp")
+    try:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        opts.optimized_model_filepath = str(folded)
+        ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        quantize_dynamic(str(folded), str(out), per_channel=True, weight_type=QuantType.QInt8)
+        os.replace(out, model)
+    finally:
+        folded.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)

@@ -89,7 +89,7 @@ WORDS = st.sampled_from(
         "фрагмент.",
         "你好",
         "世界。",
-        "记忆！",  # noqa: RUF001
+        "记忆！",
         "**bold**",
         "`code`",
         "é",
@@ -256,7 +256,7 @@ def test_overlap_repeats_whole_blocks() -> None:
 
 
 def test_cjk_and_cyrillic_sentences() -> None:
-    zh = "这是一个很长的中文句子，用来测试分块。" * 40  # noqa: RUF001
+    zh = "这是一个很长的中文句子，用来测试分块。" * 40
     chunks = _core.chunk_markdown(zh, size=60, overlap=0)
     assert len(chunks) > 5
     assert "".join(c.text for c in chunks) == zh

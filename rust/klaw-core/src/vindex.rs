@@ -118,6 +118,10 @@ pub struct VectorIndex {
     ids: Vec<i64>,
     codes: Vec<i8>,
     scales: Vec<f32>,
+    /// Per-slot filter metadata (created_at seconds, interned source), kept here so
+    /// filters cost no hash lookups and no second map of 100k entries.
+    created: Vec<i64>,
+    sources: Vec<u32>,
     slot: HashMap<i64, usize>,
 }
 
@@ -143,17 +147,47 @@ impl VectorIndex {
     }
 
     pub fn upsert(&mut self, id: i64, v: &[f32]) {
+        self.upsert_meta(id, v, 0, 0);
+    }
+
+    pub fn upsert_meta(&mut self, id: i64, v: &[f32], created: i64, source: u32) {
         debug_assert_eq!(v.len(), self.dim);
         let (codes, scale) = quantize(v);
         if let Some(&s) = self.slot.get(&id) {
             self.codes[s * self.dim..(s + 1) * self.dim].copy_from_slice(&codes);
             self.scales[s] = scale;
+            self.created[s] = created;
+            self.sources[s] = source;
             return;
         }
         self.slot.insert(id, self.ids.len());
         self.ids.push(id);
         self.codes.extend_from_slice(&codes);
         self.scales.push(scale);
+        self.created.push(created);
+        self.sources.push(source);
+    }
+
+    /// Sets the filter metadata of an id already present; false if absent.
+    pub fn set_meta(&mut self, id: i64, created: i64, source: u32) -> bool {
+        let Some(&s) = self.slot.get(&id) else { return false };
+        self.created[s] = created;
+        self.sources[s] = source;
+        true
+    }
+
+    /// (created_at seconds, source id) of an id.
+    pub fn meta(&self, id: i64) -> Option<(i64, u32)> {
+        self.slot.get(&id).map(|&s| (self.created[s], self.sources[s]))
+    }
+
+    pub fn shrink_to_fit(&mut self) {
+        self.ids.shrink_to_fit();
+        self.codes.shrink_to_fit();
+        self.scales.shrink_to_fit();
+        self.created.shrink_to_fit();
+        self.sources.shrink_to_fit();
+        self.slot.shrink_to_fit();
     }
 
     pub fn remove(&mut self, id: i64) -> bool {
@@ -165,11 +199,15 @@ impl VectorIndex {
             let moved = self.ids[last];
             self.ids[s] = moved;
             self.scales[s] = self.scales[last];
+            self.created[s] = self.created[last];
+            self.sources[s] = self.sources[last];
             self.codes.copy_within(last * self.dim..(last + 1) * self.dim, s * self.dim);
             self.slot.insert(moved, s);
         }
         self.ids.pop();
         self.scales.pop();
+        self.created.pop();
+        self.sources.pop();
         self.codes.truncate(last * self.dim);
         true
     }
@@ -178,6 +216,8 @@ impl VectorIndex {
         self.ids.clear();
         self.codes.clear();
         self.scales.clear();
+        self.created.clear();
+        self.sources.clear();
         self.slot.clear();
     }
 

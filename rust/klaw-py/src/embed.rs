@@ -17,7 +17,7 @@ pub struct PyEmbedder {
 impl PyEmbedder {
     #[new]
     #[pyo3(signature = (model_path, tokenizer_path, ort_library = None, threads = 1,
-                        max_length = 256, max_batch_tokens = 4096))]
+                        max_length = 256, max_batch_tokens = 0))]
     fn new(
         py: Python<'_>,
         model_path: PathBuf,
