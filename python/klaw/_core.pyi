@@ -13,6 +13,47 @@ class StoreLocked(StoreError): ...
 class ModelError(KlawError): ...
 class ModelNotFound(ModelError, FileNotFoundError): ...
 
+def estimate_tokens(text: str) -> int:
+    """Fast script-aware token estimate, calibrated on cl100k."""
+
+def count_tokens_batch(texts: list[str]) -> list[int]:
+    """`estimate_tokens` for each text, without the GIL."""
+
+@final
+class TokenCounter:
+    """Exact counts with a tokenizer.json (no special tokens, no truncation),
+    or the estimate when `tokenizer_json` is None. A missing or invalid file
+    raises ValueError."""
+
+    def __new__(cls, tokenizer_json: str | PathLike[str] | None = None) -> TokenCounter: ...
+    def count(self, text: str) -> int: ...
+    def count_batch(self, texts: list[str]) -> list[int]: ...
+    @property
+    def exact(self) -> bool: ...
+
+@final
+class Chunk:
+    """A chunk of Markdown: exact source text (line endings normalised to \\n),
+    1-based inclusive line range, enclosing headings, estimated tokens."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def start_line(self) -> int: ...
+    @property
+    def end_line(self) -> int: ...
+    @property
+    def heading_path(self) -> list[str]: ...
+    @property
+    def tokens(self) -> int: ...
+
+def chunk_markdown(text: str, size: int = 400, overlap: int = 80) -> list[Chunk]:
+    """Markdown-aware chunks of at most `size` estimated tokens, consecutive
+    chunks sharing at most `overlap` tokens. ValueError unless 0 <= overlap < size."""
+
+def chunk_all(texts: list[str], size: int = 400, overlap: int = 80) -> list[list[Chunk]]:
+    """`chunk_markdown` for each text, in one call without the GIL."""
+
 # --- store ---------------------------------------------------------------
 
 _ChunkTuple: TypeAlias = tuple[str, int | None, int | None, str | None, str]

@@ -195,8 +195,6 @@ class SearchConfig(_Section):
     rrf_k: PositiveInt = 60
     vector_weight: Annotated[float, Field(ge=0)] = 1.0
     keyword_weight: Annotated[float, Field(ge=0)] = 1.0
-    mmr_lambda: Annotated[float, Field(ge=0, le=1)] | None = None
-    recency_half_life_days: Annotated[float, Field(gt=0)] | None = None
 
 
 class WatchConfig(_Section):

@@ -102,7 +102,6 @@ def test_memory_defaults() -> None:
     s = mem.search
     assert (s.top_k, s.candidates, s.rrf_k) == (10, 20, 60)
     assert (s.vector_weight, s.keyword_weight) == (1.0, 1.0)
-    assert (s.mmr_lambda, s.recency_half_life_days) == (None, None)
     assert (mem.watch.enabled, mem.watch.debounce_ms) == (True, 1000)
 
 

@@ -160,7 +160,7 @@ def test_ort_system_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_install_from_packages(paths: KlawPaths) -> None:
-    dest = install_model(paths, None, False)
+    dest = install_model(paths, None, False, quantize=False)
     assert dest == paths.models / "all-MiniLM-L6-v2"
     model, tokenizer = package_model_files()
     assert model is not None and tokenizer is not None
@@ -234,3 +234,31 @@ def test_install_from_hub_failure_leaves_nothing(paths: KlawPaths, hub: str) -> 
 def test_install_from_hub_needs_http(paths: KlawPaths) -> None:
     with pytest.raises(ValueError, match="http"):
         install_model(paths, "file:///etc", False)
+
+
+def test_install_builds_a_smaller_equivalent_quantized_model(paths: KlawPaths) -> None:
+    import math
+
+    from klaw import _core
+
+    dest = install_model(paths, None, False)
+    model, tokenizer = package_model_files()
+    assert model is not None and tokenizer is not None
+    q = dest / "model.onnx"
+    assert q.read_bytes() != model.read_bytes()
+    lib = find_ort_library()
+    ref = _core.Embedder(str(model), str(tokenizer), ort_library=str(lib) if lib else None)
+    new = _core.Embedder(
+        str(q), str(dest / "tokenizer.json"), ort_library=str(lib) if lib else None
+    )
+    for text in [
+        "The wifi password is on the fridge",
+        "Встреча с врачом во вторник",
+        "明天下午开会",
+    ]:
+        a, b = ref.embed(text), new.embed(text)
+        cos = sum(x * y for x, y in zip(a, b, strict=True))
+        assert cos > 0.95 and math.isclose(sum(x * x for x in b), 1.0, rel_tol=1e-3)
+    assert model_id(ModelFiles(q, dest / "tokenizer.json", "cache")) != model_id(
+        ModelFiles(model, tokenizer, "package")
+    )

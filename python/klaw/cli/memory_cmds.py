@@ -18,9 +18,19 @@ def _err(msg: str) -> int:
 
 
 def _open() -> Memory:
+    """Opens memory under the engine lock: while the engine runs it owns klaw.db."""
+    from klaw.lock import EngineLock
     from klaw.memory import Memory
+    from klaw.paths import KlawPaths
 
-    return Memory.open()
+    lock = EngineLock(KlawPaths.from_env().engine_lock).acquire("this command")
+    try:
+        mem = Memory.open()
+    except BaseException:
+        lock.release()
+        raise
+    mem.on_close(lock.release)
+    return mem
 
 
 def _print_hits(hits: list[Hit], json_out: bool) -> None:

@@ -14,7 +14,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,8 +33,6 @@ log = logging.getLogger("klaw.memory")
 
 #: Larger Markdown files are refused: embedding them would take hours on a Pi.
 MAX_INDEX_FILE_BYTES = 16 * 1024 * 1024
-#: Chunks embedded per call; bounds memory while indexing big files.
-EMBED_BATCH = 64
 _DATED = re.compile(r"(\d{4}-\d{2}-\d{2})")
 
 
@@ -96,6 +94,7 @@ class Memory:
         self.paths = paths
         self.config = config
         self._save_lock = threading.Lock()
+        self._on_close: list[Callable[[], None]] = []
 
     # --- opening ---------------------------------------------------------
 
@@ -123,23 +122,40 @@ class Memory:
             paths = replace(paths, workspace=Path(str(config.workspace)).expanduser())
         backend = backend or load_backend(config, paths)
         cache = _core.EmbeddingCache(str(paths.embeddings_cache))
-        store = _core.Store(str(paths.db), dim=backend.dim, threads=min(2, os.cpu_count() or 1))
-        recorded = store.meta_get("embedding_model")
-        if recorded is None:
+        threads = min(2, os.cpu_count() or 1)
+        store: _core.Store | None = None
+        try:
+            store = _core.Store(str(paths.db), dim=backend.dim, threads=threads)
+            recorded = store.meta_get("embedding_model")
+        except InvalidInput as exc:
+            if "dimensional" not in str(exc):
+                raise
+            recorded = f"a model with another vector size than {backend.dim}"
+        if recorded is None and store is not None:
             store.meta_set("embedding_model", backend.model_id)
         elif recorded != backend.model_id:
+            # The caller owns the engine lock (the engine, or a CLI command), so the
+            # rebuild does not take it again.
             log.warning(
                 "embedding model changed (%s -> %s): re-embedding", recorded, backend.model_id
             )
-            store.close()
+            if store is not None:
+                store.close()
             from klaw.memory.reindex import rebuild
 
-            rebuild(paths, config, backend=backend, cache=cache, progress=False)
-            store = _core.Store(str(paths.db), dim=backend.dim)
+            rebuild(paths, config, backend=backend, cache=cache, progress=False, lock=False)
+            store = _core.Store(str(paths.db), dim=backend.dim, threads=threads)
+        assert store is not None
         return cls(store, backend, cache, paths, config)
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Runs `fn` after the store is closed (e.g. to release a lock)."""
+        self._on_close.append(fn)
 
     def close(self) -> None:
         self.store.close()
+        while self._on_close:
+            self._on_close.pop()()
 
     def __enter__(self) -> Memory:
         return self
@@ -156,8 +172,9 @@ class Memory:
     def _embed(self, texts: list[str]) -> tuple[bytes, int]:
         parts: list[bytes] = []
         hits = 0
-        for i in range(0, len(texts), EMBED_BATCH):
-            vecs, h = self.backend.embed_cached(self.cache, texts[i : i + EMBED_BATCH])
+        step = self.config.memory.embedding.batch_size
+        for i in range(0, len(texts), step):
+            vecs, h = self.backend.embed_cached(self.cache, texts[i : i + step])
             parts.append(vecs)
             hits += h
         return b"".join(parts), hits
@@ -302,21 +319,45 @@ class Memory:
             (report.indexed if n else report.unchanged).append(label)
             report.chunks += n
         for path, *_ in self.store.list_files():
-            if path not in present and not os.path.isabs(path):
+            owned = path in ("MEMORY.md", "core_memory.json") or path.startswith(
+                ("memory/", "summaries/")
+            )
+            if owned and path not in present:
                 self.store.remove_file(path)
                 report.removed.append(path)
         return report
 
     def import_path(self, path: Path | str) -> IndexReport:
         """Indexes one Markdown file or every *.md under a directory."""
-        p = Path(path)
+        p = Path(path).resolve()
         files: Iterable[Path] = sorted(p.rglob("*.md")) if p.is_dir() else [p]
         report = IndexReport()
+        self._record_import(p)
         for f in files:
             n = self.index_file(f)
             (report.indexed if n else report.unchanged).append(self.source_label(f))
             report.chunks += n
         return report
+
+    @property
+    def _imports_file(self) -> Path:
+        return self.paths.memory_dir / "imports.json"
+
+    def imported_paths(self) -> list[Path]:
+        """Files and directories added with `import_path`, so reindex can add them again."""
+        try:
+            return [Path(p) for p in json.loads(self._imports_file.read_text())]
+        except (OSError, ValueError):
+            return []
+
+    def _record_import(self, p: Path) -> None:
+        known = self.imported_paths()
+        if p in known:
+            return
+        self._imports_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._imports_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps([str(x) for x in [*known, p]], indent=1))
+        os.replace(tmp, self._imports_file)
 
     # --- reading ---------------------------------------------------------
 

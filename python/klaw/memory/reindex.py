@@ -113,6 +113,11 @@ def rebuild(
             report.files = len(ws.indexed)
             report.chunks = ws.chunks
             report.errors.extend(ws.errors)
+            for imported in mem.imported_paths():
+                if imported.exists():
+                    report.chunks += mem.import_path(imported).chunks
+                else:
+                    report.errors.append(f"imported path {imported} no longer exists; skipped")
             for rec in read_saved(paths.saved_memory, report):
                 report.chunks += len(mem._index_saved(rec))
                 report.saved_facts += 1

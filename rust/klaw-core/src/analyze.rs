@@ -36,7 +36,12 @@ fn class(c: char) -> Option<Class> {
 
 fn stemmers() -> &'static (Stemmer, Stemmer) {
     static S: OnceLock<(Stemmer, Stemmer)> = OnceLock::new();
-    S.get_or_init(|| (Stemmer::create(Algorithm::English), Stemmer::create(Algorithm::Russian)))
+    S.get_or_init(|| {
+        (
+            Stemmer::create(Algorithm::English),
+            Stemmer::create(Algorithm::Russian),
+        )
+    })
 }
 
 /// Whether analysis is for the index (CJK unigrams too) or for a query.
@@ -102,9 +107,8 @@ pub fn analyze(text: &str, mode: Mode) -> Vec<String> {
                     push_cjk(&cjk, mode, &mut out);
                     cjk.clear();
                 }
-                if word.is_empty() {
-                    word_cls = cls;
-                } else if cls != word_cls && cls != Class::Other && word_cls == Class::Other {
+                // A word takes the class of its first letter of a known script.
+                if word.is_empty() || (cls != Class::Other && word_cls == Class::Other) {
                     word_cls = cls;
                 }
                 word.push(c);
@@ -145,7 +149,10 @@ mod tests {
         let b = analyze("Память", Mode::Index);
         assert!(a.iter().any(|t| b.contains(t)));
         assert!(a.contains(&"~памят".to_string()));
-        assert_eq!(analyze("встречу", Mode::Query), analyze("встреча", Mode::Query));
+        assert_eq!(
+            analyze("встречу", Mode::Query),
+            analyze("встреча", Mode::Query)
+        );
     }
 
     #[test]

@@ -30,17 +30,27 @@ impl EmbeddingCache {
             "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, hash TEXT NOT NULL, \
              vector BLOB NOT NULL, PRIMARY KEY (model, hash)) WITHOUT ROWID",
         )?;
-        Ok(EmbeddingCache { conn: Mutex::new(conn) })
+        Ok(EmbeddingCache {
+            conn: Mutex::new(conn),
+        })
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Connection>> {
-        self.conn.lock().map_err(|_| crate::error::CoreError::Closed)
+        self.conn
+            .lock()
+            .map_err(|_| crate::error::CoreError::Closed)
     }
 
     /// One entry per hash: the cached vector or None.
-    pub fn get_many(&self, model: &str, hashes: &[String], dim: usize) -> Result<Vec<Option<Vec<f32>>>> {
+    pub fn get_many(
+        &self,
+        model: &str,
+        hashes: &[String],
+        dim: usize,
+    ) -> Result<Vec<Option<Vec<f32>>>> {
         let c = self.lock()?;
-        let mut st = c.prepare_cached("SELECT vector FROM embeddings WHERE model = ?1 AND hash = ?2")?;
+        let mut st =
+            c.prepare_cached("SELECT vector FROM embeddings WHERE model = ?1 AND hash = ?2")?;
         let mut out = Vec::with_capacity(hashes.len());
         for h in hashes {
             let v: Option<Vec<u8>> = st.query_row(params![model, h], |r| r.get(0)).optional()?;
@@ -49,14 +59,25 @@ impl EmbeddingCache {
         Ok(out)
     }
 
-    pub fn put_many(&self, model: &str, hashes: &[String], vectors: &[f32], dim: usize) -> Result<()> {
+    pub fn put_many(
+        &self,
+        model: &str,
+        hashes: &[String],
+        vectors: &[f32],
+        dim: usize,
+    ) -> Result<()> {
         let mut c = self.lock()?;
         let tx = c.transaction()?;
         {
-            let mut st =
-                tx.prepare_cached("INSERT OR REPLACE INTO embeddings(model, hash, vector) VALUES (?1, ?2, ?3)")?;
+            let mut st = tx.prepare_cached(
+                "INSERT OR REPLACE INTO embeddings(model, hash, vector) VALUES (?1, ?2, ?3)",
+            )?;
             for (i, h) in hashes.iter().enumerate() {
-                st.execute(params![model, h, f32_bytes(&vectors[i * dim..(i + 1) * dim])])?;
+                st.execute(params![
+                    model,
+                    h,
+                    f32_bytes(&vectors[i * dim..(i + 1) * dim])
+                ])?;
             }
         }
         tx.commit()?;
@@ -66,7 +87,11 @@ impl EmbeddingCache {
     pub fn len(&self, model: Option<&str>) -> Result<i64> {
         let c = self.lock()?;
         Ok(match model {
-            Some(m) => c.query_row("SELECT count(*) FROM embeddings WHERE model = ?1", [m], |r| r.get(0))?,
+            Some(m) => c.query_row(
+                "SELECT count(*) FROM embeddings WHERE model = ?1",
+                [m],
+                |r| r.get(0),
+            )?,
             None => c.query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))?,
         })
     }

@@ -17,10 +17,14 @@ fn init_ort(lib: Option<&Path>) -> Result<()> {
     let r = ORT_INIT.get_or_init(|| {
         let path = match lib {
             Some(p) => p.to_path_buf(),
-            None => std::env::var_os("ORT_DYLIB_PATH").map_or_else(|| "libonnxruntime.so".into(), Into::into),
+            None => std::env::var_os("ORT_DYLIB_PATH")
+                .map_or_else(|| "libonnxruntime.so".into(), Into::into),
         };
         if path.is_absolute() && !path.exists() {
-            return Err(format!("ONNX Runtime library not found at {}", path.display()));
+            return Err(format!(
+                "ONNX Runtime library not found at {}",
+                path.display()
+            ));
         }
         let p = path.to_string_lossy().into_owned();
         // ort panics when the library cannot be loaded; turn that into an error.
@@ -49,7 +53,11 @@ pub struct EmbedderConfig {
 
 impl Default for EmbedderConfig {
     fn default() -> Self {
-        EmbedderConfig { threads: 1, max_length: 256, max_batch_tokens: 0 }
+        EmbedderConfig {
+            threads: 1,
+            max_length: 256,
+            max_batch_tokens: 0,
+        }
     }
 }
 
@@ -66,7 +74,12 @@ fn model_err(e: impl std::fmt::Display) -> CoreError {
 }
 
 impl Embedder {
-    pub fn load(model: &Path, tokenizer: &Path, ort_lib: Option<&Path>, cfg: EmbedderConfig) -> Result<Self> {
+    pub fn load(
+        model: &Path,
+        tokenizer: &Path,
+        ort_lib: Option<&Path>,
+        cfg: EmbedderConfig,
+    ) -> Result<Self> {
         for (p, what) in [(model, "model.onnx"), (tokenizer, "tokenizer.json")] {
             if !p.is_file() {
                 return Err(CoreError::ModelNotFound(format!(
@@ -77,28 +90,45 @@ impl Embedder {
             }
         }
         if cfg.max_length < 8 || cfg.max_length > 512 {
-            return Err(CoreError::InvalidInput(format!("max_length must be 8..=512, got {}", cfg.max_length)));
+            return Err(CoreError::InvalidInput(format!(
+                "max_length must be 8..=512, got {}",
+                cfg.max_length
+            )));
         }
         init_ort(ort_lib)?;
         let mut tok = Tokenizer::from_file(tokenizer).map_err(model_err)?;
         // The packaged tokenizer pads and truncates to a fixed 128; the model was
         // trained at 256. Pad to the longest in each batch, truncate at max_length.
-        tok.with_truncation(Some(TruncationParams { max_length: cfg.max_length, ..Default::default() }))
-            .map_err(model_err)?;
-        tok.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
+        tok.with_truncation(Some(TruncationParams {
+            max_length: cfg.max_length,
+            ..Default::default()
+        }))
+        .map_err(model_err)?;
+        tok.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..Default::default()
+        }));
         let session = Session::builder()
             .and_then(|b| b.with_optimization_level(GraphOptimizationLevel::Level3))
             .and_then(|b| b.with_intra_threads(cfg.threads.max(1)))
             .and_then(|b| b.with_inter_threads(1))
             // No arena: its growth with batch × length is what made peak RSS explode.
             .and_then(|b| {
-                b.with_execution_providers([CPUExecutionProvider::default().with_arena_allocator(false).build()])
+                b.with_execution_providers([CPUExecutionProvider::default()
+                    .with_arena_allocator(false)
+                    .build()])
             })
             .and_then(|b| b.with_memory_pattern(false))
             .and_then(|b| b.commit_from_file(model))
             .map_err(model_err)?;
         let token_type = session.inputs.iter().any(|i| i.name == "token_type_ids");
-        let mut e = Embedder { session: Mutex::new(session), tokenizer: tok, dim: 0, token_type, cfg };
+        let mut e = Embedder {
+            session: Mutex::new(session),
+            tokenizer: tok,
+            dim: 0,
+            token_type,
+            cfg,
+        };
         let probe = e.run(&["dimension probe".to_string()])?;
         e.dim = probe.len();
         Ok(e)
@@ -134,10 +164,14 @@ impl Embedder {
                 }
                 end += 1;
             }
-            let batch: Vec<String> = order[start..end].iter().map(|&i| texts[i].clone()).collect();
+            let batch: Vec<String> = order[start..end]
+                .iter()
+                .map(|&i| texts[i].clone())
+                .collect();
             let vecs = self.run(&batch)?;
             for (j, &i) in order[start..end].iter().enumerate() {
-                out[i * self.dim..(i + 1) * self.dim].copy_from_slice(&vecs[j * self.dim..(j + 1) * self.dim]);
+                out[i * self.dim..(i + 1) * self.dim]
+                    .copy_from_slice(&vecs[j * self.dim..(j + 1) * self.dim]);
             }
             start = end;
         }
@@ -146,10 +180,19 @@ impl Embedder {
         Ok(out)
     }
 
+    #[allow(clippy::many_single_char_names)]
     fn run(&self, texts: &[String]) -> Result<Vec<f32>> {
-        let encs = self.tokenizer.encode_batch_fast(texts.to_vec(), true).map_err(model_err)?;
+        let encs = self
+            .tokenizer
+            .encode_batch_fast(texts.to_vec(), true)
+            .map_err(model_err)?;
         let b = encs.len();
-        let s = encs.iter().map(|e| e.get_ids().len()).max().unwrap_or(0).max(1);
+        let s = encs
+            .iter()
+            .map(|e| e.get_ids().len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
         let mut ids = Vec::with_capacity(b * s);
         let mut mask = Vec::with_capacity(b * s);
         let mut types = Vec::with_capacity(b * s);
@@ -164,7 +207,10 @@ impl Embedder {
         let shape = vec![b as i64, s as i64];
         let t_ids = Tensor::from_array((shape.clone(), ids)).map_err(model_err)?;
         let t_mask = Tensor::from_array((shape.clone(), mask.clone())).map_err(model_err)?;
-        let mut session = self.session.lock().map_err(|_| CoreError::Model("embedder lock poisoned".into()))?;
+        let mut session = self
+            .session
+            .lock()
+            .map_err(|_| CoreError::Model("embedder lock poisoned".into()))?;
         let outputs = if self.token_type {
             let t_types = Tensor::from_array((shape, types)).map_err(model_err)?;
             session.run(ort::inputs![
@@ -177,9 +223,14 @@ impl Embedder {
         }
         .map_err(model_err)?;
         let (oshape, data) = outputs[0].try_extract_tensor::<f32>().map_err(model_err)?;
-        let dim = *oshape.last().ok_or_else(|| CoreError::Model("model output has no shape".into()))? as usize;
+        let dim = *oshape
+            .last()
+            .ok_or_else(|| CoreError::Model("model output has no shape".into()))?
+            as usize;
         if oshape.len() != 3 || data.len() != b * s * dim {
-            return Err(CoreError::Model(format!("unexpected model output shape {oshape:?}")));
+            return Err(CoreError::Model(format!(
+                "unexpected model output shape {oshape:?}"
+            )));
         }
         let mut out = vec![0f32; b * dim];
         for bi in 0..b {
@@ -196,7 +247,9 @@ impl Embedder {
             // Mean pooling then L2: the mean's divisor cancels, so normalise the sum.
             let norm = o.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
             let scale = 1.0 / norm;
-            o.iter_mut().for_each(|x| *x *= scale);
+            for x in o.iter_mut() {
+                *x *= scale;
+            }
         }
         Ok(out)
     }

@@ -53,11 +53,21 @@ impl KeywordIndex {
                 Index::create_in_dir(dir, schema)?
             }
         };
-        index
-            .tokenizers()
-            .register(TOKENIZER, TextAnalyzer::from(WhitespaceTokenizer::default()));
-        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
-        Ok(KeywordIndex { index, reader, id, text, dir: dir.to_path_buf() })
+        index.tokenizers().register(
+            TOKENIZER,
+            TextAnalyzer::from(WhitespaceTokenizer::default()),
+        );
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(KeywordIndex {
+            index,
+            reader,
+            id,
+            text,
+            dir: dir.to_path_buf(),
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -73,12 +83,16 @@ impl KeywordIndex {
         if add.is_empty() && remove.is_empty() {
             return Ok(());
         }
-        let mut w = self.index.writer_with_num_threads::<tantivy::TantivyDocument>(1, WRITER_HEAP)?;
+        let mut w = self
+            .index
+            .writer_with_num_threads::<tantivy::TantivyDocument>(1, WRITER_HEAP)?;
         for &r in remove {
             w.delete_term(Term::from_field_u64(self.id, r as u64));
         }
         for &(id, text) in add {
-            w.add_document(doc!(self.id => id as u64, self.text => analyze_joined(text, Mode::Index)))?;
+            w.add_document(
+                doc!(self.id => id as u64, self.text => analyze_joined(text, Mode::Index)),
+            )?;
         }
         w.commit()?;
         w.wait_merging_threads()?;
@@ -88,10 +102,14 @@ impl KeywordIndex {
 
     /// Replaces the whole content (used when the index disagrees with klaw.db).
     pub fn rebuild<'a>(&self, docs: impl Iterator<Item = (i64, &'a str)>) -> Result<()> {
-        let mut w = self.index.writer_with_num_threads::<tantivy::TantivyDocument>(1, WRITER_HEAP)?;
+        let mut w = self
+            .index
+            .writer_with_num_threads::<tantivy::TantivyDocument>(1, WRITER_HEAP)?;
         w.delete_all_documents()?;
         for (id, text) in docs {
-            w.add_document(doc!(self.id => id as u64, self.text => analyze_joined(text, Mode::Index)))?;
+            w.add_document(
+                doc!(self.id => id as u64, self.text => analyze_joined(text, Mode::Index)),
+            )?;
         }
         w.commit()?;
         w.wait_merging_threads()?;
@@ -122,7 +140,10 @@ impl KeywordIndex {
         let top = searcher.search(&q, &TopDocs::with_limit(k))?;
         let mut out = Vec::with_capacity(top.len());
         for (score, addr) in top {
-            let col = searcher.segment_reader(addr.segment_ord).fast_fields().u64("id")?;
+            let col = searcher
+                .segment_reader(addr.segment_ord)
+                .fast_fields()
+                .u64("id")?;
             if let Some(id) = col.first(addr.doc_id) {
                 out.push((id as i64, score));
             }

@@ -3,8 +3,8 @@
 
 pub mod analyze;
 pub mod chunk;
-pub mod embed;
 pub mod embcache;
+pub mod embed;
 pub mod error;
 pub mod keyword;
 pub mod reindex;

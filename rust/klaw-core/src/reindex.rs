@@ -76,8 +76,10 @@ pub fn parse_line(raw: &[u8], chat_id: &str) -> std::result::Result<MessageRow, 
         .as_ref()
         .and_then(|m| m.get("channel"))
         .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| chat_id.split('_').next().unwrap_or(chat_id).to_string());
+        .map_or_else(
+            || chat_id.split('_').next().unwrap_or(chat_id).to_string(),
+            str::to_string,
+        );
     Ok(MessageRow {
         id,
         channel,
@@ -96,7 +98,9 @@ pub fn conversation_files(root: &Path) -> Result<Vec<(String, PathBuf)>> {
     if !root.is_dir() {
         return Ok(out);
     }
-    let mut chats: Vec<_> = std::fs::read_dir(root)?.filter_map(std::result::Result::ok).collect();
+    let mut chats: Vec<_> = std::fs::read_dir(root)?
+        .filter_map(std::result::Result::ok)
+        .collect();
     chats.sort_by_key(std::fs::DirEntry::file_name);
     for chat in chats {
         if !chat.path().is_dir() {
@@ -141,15 +145,26 @@ fn parse_files(files: Vec<(String, PathBuf)>, tx: &mpsc::SyncSender<Batch>) -> s
             match parse_line(&buf, &chat_id) {
                 Ok(m) => rows.push(m),
                 Err(reason) => {
-                    let torn = if buf.last() == Some(&b'\n') { "" } else { " (torn last line)" };
-                    let s = Skipped { path: path.display().to_string(), line: line_no, reason: reason + torn };
+                    let torn = if buf.last() == Some(&b'\n') {
+                        ""
+                    } else {
+                        " (torn last line)"
+                    };
+                    let s = Skipped {
+                        path: path.display().to_string(),
+                        line: line_no,
+                        reason: reason + torn,
+                    };
                     if tx.send(Batch::Skip(s)).is_err() {
                         return Ok(());
                     }
                 }
             }
             if rows.len() == BATCH {
-                if tx.send(Batch::Rows(std::mem::take(&mut rows), bytes)).is_err() {
+                if tx
+                    .send(Batch::Rows(std::mem::take(&mut rows), bytes))
+                    .is_err()
+                {
                     return Ok(());
                 }
                 bytes = 0;
@@ -192,8 +207,8 @@ impl Progress {
 /// Builds the full-text index in its own database file on another thread (SQLite
 /// has one writer per file), fed with (rowid, content) as messages are inserted;
 /// its shadow tables are copied into klaw.db at the end, a plain page copy.
-fn fts_worker(path: PathBuf, rx: mpsc::Receiver<Vec<(i64, String)>>) -> Result<()> {
-    let mut c = Connection::open(&path)?;
+fn fts_worker(path: &Path, rx: mpsc::Receiver<Vec<(i64, String)>>) -> Result<()> {
+    let mut c = Connection::open(path)?;
     c.execute_batch(
         "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-65536;
          CREATE TABLE messages(content TEXT);
@@ -222,9 +237,21 @@ pub fn rebuild_messages(
     progress: bool,
 ) -> Result<ReindexStats> {
     let files = conversation_files(&data_dir.join("conversations"))?;
-    let total: u64 = files.iter().filter_map(|(_, p)| p.metadata().ok()).map(|m| m.len()).sum();
-    let mut stats = ReindexStats { files: files.len() as u64, ..Default::default() };
-    let mut prog = Progress { total, done: 0, shown: u64::MAX, enabled: progress };
+    let total: u64 = files
+        .iter()
+        .filter_map(|(_, p)| p.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    let mut stats = ReindexStats {
+        files: files.len() as u64,
+        ..Default::default()
+    };
+    let mut prog = Progress {
+        total,
+        done: 0,
+        shown: u64::MAX,
+        enabled: progress,
+    };
 
     // A fresh file that is swapped in only when complete: durability comes from
     // the final fsync + rename, so the build itself skips the journal.
@@ -240,7 +267,7 @@ pub fn rebuild_messages(
     let (ftx, frx) = mpsc::sync_channel::<Vec<(i64, String)>>(4);
     let parser = std::thread::spawn(move || parse_files(files, &tx));
     let fts_file = fts_path.clone();
-    let fts = std::thread::spawn(move || fts_worker(fts_file, frx));
+    let fts = std::thread::spawn(move || fts_worker(&fts_file, frx));
     let t = conn.transaction()?;
     {
         let mut ins = t.prepare(
@@ -254,7 +281,14 @@ pub fn rebuild_messages(
                     for m in rows {
                         stats.lines += 1;
                         let n = ins.execute(params![
-                            m.id, m.channel, m.chat_id, m.role, m.kind, m.content, m.metadata, m.created_at
+                            m.id,
+                            m.channel,
+                            m.chat_id,
+                            m.role,
+                            m.kind,
+                            m.content,
+                            m.metadata,
+                            m.created_at
                         ])?;
                         if n == 0 {
                             stats.duplicates += 1;
@@ -282,11 +316,19 @@ pub fn rebuild_messages(
     drop(ftx);
     match parser.join() {
         Ok(r) => r?,
-        Err(_) => return Err(CoreError::Io(std::io::Error::other("JSONL parser thread panicked"))),
+        Err(_) => {
+            return Err(CoreError::Io(std::io::Error::other(
+                "JSONL parser thread panicked",
+            )))
+        }
     }
     match fts.join() {
         Ok(r) => r?,
-        Err(_) => return Err(CoreError::Io(std::io::Error::other("full-text build thread panicked"))),
+        Err(_) => {
+            return Err(CoreError::Io(std::io::Error::other(
+                "full-text build thread panicked",
+            )))
+        }
     }
     t.execute_batch("CREATE INDEX idx_messages_chat ON messages(chat_id, created_at DESC);")?;
     // Sessions: the segment starts at the last session_break of each chat.
@@ -336,7 +378,9 @@ fn insert_summaries(t: &rusqlite::Transaction<'_>, root: &Path) -> Result<u64> {
     if !root.is_dir() {
         return Ok(0);
     }
-    let mut chats: Vec<_> = std::fs::read_dir(root)?.filter_map(std::result::Result::ok).collect();
+    let mut chats: Vec<_> = std::fs::read_dir(root)?
+        .filter_map(std::result::Result::ok)
+        .collect();
     chats.sort_by_key(std::fs::DirEntry::file_name);
     for chat in chats.into_iter().filter(|c| c.path().is_dir()) {
         let chat_id = chat.file_name().to_string_lossy().into_owned();
@@ -347,7 +391,10 @@ fn insert_summaries(t: &rusqlite::Transaction<'_>, root: &Path) -> Result<u64> {
             .collect();
         files.sort();
         for p in files {
-            let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let stem = p
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
             // 2026-02-24_msg_001_050 → from msg_001 to msg_050, dated by the prefix.
             let parts: Vec<&str> = stem.splitn(2, '_').collect();
             let date = parts.first().copied().unwrap_or("");
@@ -359,7 +406,10 @@ fn insert_summaries(t: &rusqlite::Transaction<'_>, root: &Path) -> Result<u64> {
             let (from, to) = parts.get(1).map_or((None, None), |rest| {
                 let bits: Vec<&str> = rest.split('_').collect();
                 if bits.len() == 3 {
-                    (Some(format!("{}_{}", bits[0], bits[1])), Some(format!("{}_{}", bits[0], bits[2])))
+                    (
+                        Some(format!("{}_{}", bits[0], bits[1])),
+                        Some(format!("{}_{}", bits[0], bits[2])),
+                    )
                 } else {
                     (None, None)
                 }
@@ -375,29 +425,19 @@ fn insert_summaries(t: &rusqlite::Transaction<'_>, root: &Path) -> Result<u64> {
     Ok(n)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parse_line_cases() {
-        let ok = br#"{"id":"m1","ts":"2026-02-24T14:30:00Z","role":"user","content":"hi","meta":{"channel":"telegram"}}"#;
-        let m = parse_line(ok, "telegram_1").unwrap();
-        assert_eq!((m.id.as_str(), m.channel.as_str(), m.content.as_str()), ("m1", "telegram", "hi"));
-        assert!(parse_line(b"{\"id\":\"m1\",\"ts\":\"2026", "c").unwrap_err().starts_with("invalid JSON"));
-        assert_eq!(parse_line(b"\xff\xfe", "c").unwrap_err(), "invalid UTF-8");
-        let bad_role = br#"{"id":"m1","ts":"2026-02-24T14:30:00Z","role":"robot","content":"x"}"#;
-        assert!(parse_line(bad_role, "c").is_err());
-        let obj = br#"{"id":2,"ts":"2026-02-24T14:30:00Z","role":"tool","content":{"a":1}}"#;
-        let m = parse_line(obj, "cli_x").unwrap();
-        assert_eq!((m.id.as_str(), m.content.as_str(), m.channel.as_str()), ("2", "{\"a\":1}", "cli"));
-    }
-}
-
 /// Creates a new database at `db` (which must not exist) and fills its messages side.
-pub fn rebuild_into(db: &Path, data_dir: &Path, dim: usize, default_model: &str, progress: bool) -> Result<ReindexStats> {
+pub fn rebuild_into(
+    db: &Path,
+    data_dir: &Path,
+    dim: usize,
+    default_model: &str,
+    progress: bool,
+) -> Result<ReindexStats> {
     if db.exists() {
-        return Err(CoreError::InvalidInput(format!("{} already exists; reindex builds into a new file", db.display())));
+        return Err(CoreError::InvalidInput(format!(
+            "{} already exists; reindex builds into a new file",
+            db.display()
+        )));
     }
     crate::store::register_sqlite_vec();
     let mut conn = Connection::open(db)?;
@@ -407,4 +447,31 @@ pub fn rebuild_into(db: &Path, data_dir: &Path, dim: usize, default_model: &str,
     conn.pragma_update(None, "synchronous", "FULL")?;
     drop(conn);
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_line_cases() {
+        let ok = br#"{"id":"m1","ts":"2026-02-24T14:30:00Z","role":"user","content":"hi","meta":{"channel":"telegram"}}"#;
+        let m = parse_line(ok, "telegram_1").unwrap();
+        assert_eq!(
+            (m.id.as_str(), m.channel.as_str(), m.content.as_str()),
+            ("m1", "telegram", "hi")
+        );
+        assert!(parse_line(b"{\"id\":\"m1\",\"ts\":\"2026", "c")
+            .unwrap_err()
+            .starts_with("invalid JSON"));
+        assert_eq!(parse_line(b"\xff\xfe", "c").unwrap_err(), "invalid UTF-8");
+        let bad_role = br#"{"id":"m1","ts":"2026-02-24T14:30:00Z","role":"robot","content":"x"}"#;
+        assert!(parse_line(bad_role, "c").is_err());
+        let obj = br#"{"id":2,"ts":"2026-02-24T14:30:00Z","role":"tool","content":{"a":1}}"#;
+        let m = parse_line(obj, "cli_x").unwrap();
+        assert_eq!(
+            (m.id.as_str(), m.content.as_str(), m.channel.as_str()),
+            ("2", "{\"a\":1}", "cli")
+        );
+    }
 }

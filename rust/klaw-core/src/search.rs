@@ -14,12 +14,22 @@ pub struct FusionParams {
 
 impl Default for FusionParams {
     fn default() -> Self {
-        FusionParams { candidates: 20, rrf_k: 60.0, vector_weight: 1.0, keyword_weight: 1.0 }
+        FusionParams {
+            candidates: 20,
+            rrf_k: 60.0,
+            vector_weight: 1.0,
+            keyword_weight: 1.0,
+        }
     }
 }
 
 /// score(d) = Σ w_i / (k + rank_i(d)), ranks from 1; ties broken by id for stability.
-pub fn rrf(vector: &[(i64, f32)], keyword: &[(i64, f32)], p: &FusionParams, top_k: usize) -> Vec<(i64, f64)> {
+pub fn rrf(
+    vector: &[(i64, f32)],
+    keyword: &[(i64, f32)],
+    p: &FusionParams,
+    top_k: usize,
+) -> Vec<(i64, f64)> {
     let mut scores: HashMap<i64, f64> = HashMap::new();
     for (list, w) in [(vector, p.vector_weight), (keyword, p.keyword_weight)] {
         for (rank, (id, _)) in list.iter().enumerate() {

@@ -115,7 +115,9 @@ impl Inner {
     }
 
     fn allows(&self, id: i64, f: &Filter, source: Option<u32>) -> bool {
-        let Some((created, src)) = self.vindex.meta(id) else { return false };
+        let Some((created, src)) = self.vindex.meta(id) else {
+            return false;
+        };
         f.since.is_none_or(|s| created >= s)
             && f.until.is_none_or(|u| created <= u)
             && (f.source.is_none() || Some(src) == source)
@@ -159,7 +161,10 @@ fn corrupt_or(e: rusqlite::Error, path: &Path) -> CoreError {
 
 /// The keyword index directory that belongs to a database file.
 pub fn keyword_dir_for(db: &Path) -> PathBuf {
-    let mut name = db.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
+    let mut name = db
+        .file_name()
+        .map(std::ffi::OsStr::to_os_string)
+        .unwrap_or_default();
     name.push(".keyword");
     db.with_file_name(name)
 }
@@ -168,7 +173,9 @@ impl Store {
     /// Opens (creating and migrating if needed) the database at `path`.
     pub fn open(path: &Path, dim: usize, threads: usize) -> Result<Store> {
         if dim == 0 || dim > 4096 {
-            return Err(CoreError::InvalidInput(format!("invalid vector dimension {dim}")));
+            return Err(CoreError::InvalidInput(format!(
+                "invalid vector dimension {dim}"
+            )));
         }
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
@@ -178,7 +185,9 @@ impl Store {
             c.pragma_update(None, "journal_mode", "WAL")?;
             c.pragma_update(None, "synchronous", "NORMAL")?;
             c.pragma_update(None, "foreign_keys", "ON")?;
-            c.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))?;
+            c.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                r.get::<_, i64>(0)
+            })?;
             Ok(())
         };
         setup(&mut writer).map_err(|e| corrupt_or(e, path))?;
@@ -199,7 +208,12 @@ impl Store {
         };
         Self::load(&mut inner, dim, path)?;
         trim_heap();
-        Ok(Store { path: path.to_path_buf(), dim, threads: threads.max(1), inner: RwLock::new(Some(inner)) })
+        Ok(Store {
+            path: path.to_path_buf(),
+            dim,
+            threads: threads.max(1),
+            inner: RwLock::new(Some(inner)),
+        })
     }
 
     /// Loads the in-memory indexes from the tables; rebuilds the keyword index if it
@@ -236,7 +250,9 @@ impl Store {
         }
         for (id, source, created) in &rows {
             let s = inner.intern(source);
-            inner.vindex.set_meta(*id, parse_iso(created).unwrap_or(0), s);
+            inner
+                .vindex
+                .set_meta(*id, parse_iso(created).unwrap_or(0), s);
         }
         let n_rows = rows.len();
         drop(rows);
@@ -244,9 +260,12 @@ impl Store {
         if inner.keyword.num_docs() != n_rows as u64 {
             let w = inner.writer.get_mut().map_err(|_| CoreError::Closed)?;
             let mut st = w.prepare("SELECT id, content FROM memory_chunks")?;
-            let docs: Vec<(i64, String)> =
-                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
-            inner.keyword.rebuild(docs.iter().map(|(i, c)| (*i, c.as_str())))?;
+            let docs: Vec<(i64, String)> = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            inner
+                .keyword
+                .rebuild(docs.iter().map(|(i, c)| (*i, c.as_str())))?;
         }
         Ok(())
     }
@@ -274,7 +293,10 @@ impl Store {
         let mut g = self.inner.write().map_err(|_| CoreError::Closed)?;
         if let Some(inner) = g.take() {
             // A checkpoint leaves a compact file for backups and `reindex` swaps.
-            let _ = inner.writer.lock().map(|w| w.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)"));
+            let _ = inner
+                .writer
+                .lock()
+                .map(|w| w.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)"));
             drop(inner);
         }
         Ok(())
@@ -294,11 +316,14 @@ impl Store {
             )));
         }
         if vectors.iter().any(|x| !x.is_finite()) {
-            return Err(CoreError::InvalidInput("vector contains NaN or infinity".into()));
+            return Err(CoreError::InvalidInput(
+                "vector contains NaN or infinity".into(),
+            ));
         }
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn insert_chunks(
         tx: &rusqlite::Transaction<'_>,
         dim: usize,
@@ -314,7 +339,8 @@ impl Store {
             "INSERT INTO memory_chunks(source, chat_id, content, created_at, file_id, start_line, \
              end_line, heading, chunk_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?;
-        let mut vins = tx.prepare_cached("INSERT INTO vec_memory(rowid, embedding) VALUES (?1, ?2)")?;
+        let mut vins =
+            tx.prepare_cached("INSERT INTO vec_memory(rowid, embedding) VALUES (?1, ?2)")?;
         for (i, c) in chunks.iter().enumerate() {
             ins.execute(params![
                 source,
@@ -334,6 +360,7 @@ impl Store {
         Ok(ids)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn after_insert(
         inner: &mut Inner,
         ids: &[i64],
@@ -350,10 +377,15 @@ impl Store {
         let s = inner.intern(source);
         let created = parse_iso(created_at).unwrap_or(0);
         for (i, id) in ids.iter().enumerate() {
-            inner.vindex.upsert_meta(*id, &vectors[i * dim..(i + 1) * dim], created, s);
+            inner
+                .vindex
+                .upsert_meta(*id, &vectors[i * dim..(i + 1) * dim], created, s);
         }
-        let add: Vec<(i64, &str)> =
-            ids.iter().zip(chunks).map(|(i, c)| (*i, c.content.as_str())).collect();
+        let add: Vec<(i64, &str)> = ids
+            .iter()
+            .zip(chunks)
+            .map(|(i, c)| (*i, c.content.as_str()))
+            .collect();
         inner.keyword.apply(&add, removed)
     }
 
@@ -368,12 +400,19 @@ impl Store {
     ) -> Result<Vec<i64>> {
         self.check_vectors(chunks.len(), vectors)?;
         if parse_iso(created_at).is_none() {
-            return Err(CoreError::InvalidInput(format!("created_at is not ISO 8601: {created_at:?}")));
+            return Err(CoreError::InvalidInput(format!(
+                "created_at is not ISO 8601: {created_at:?}"
+            )));
         }
         let dim = self.dim;
         self.write(|inner| {
-            let tx = inner.writer.get_mut().map_err(|_| CoreError::Closed)?.transaction()?;
-            let ids = Self::insert_chunks(&tx, dim, source, chat_id, created_at, None, chunks, vectors)?;
+            let tx = inner
+                .writer
+                .get_mut()
+                .map_err(|_| CoreError::Closed)?
+                .transaction()?;
+            let ids =
+                Self::insert_chunks(&tx, dim, source, chat_id, created_at, None, chunks, vectors)?;
             tx.commit()?;
             Self::after_insert(inner, &ids, &[], source, created_at, chunks, vectors, dim)?;
             Ok(ids)
@@ -386,7 +425,13 @@ impl Store {
             Ok(r.query_row(
                 "SELECT hash, mtime, size FROM files WHERE path = ?1",
                 [path],
-                |r| Ok(FileState { hash: r.get(0)?, mtime: r.get(1)?, size: r.get(2)? }),
+                |r| {
+                    Ok(FileState {
+                        hash: r.get(0)?,
+                        mtime: r.get(1)?,
+                        size: r.get(2)?,
+                    })
+                },
             )
             .optional()?)
         })
@@ -425,7 +470,9 @@ impl Store {
         let mut st = tx.prepare_cached(
             "SELECT c.id FROM memory_chunks c JOIN files f ON c.file_id = f.id WHERE f.path = ?1",
         )?;
-        let removed: Vec<i64> = st.query_map([path], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let removed: Vec<i64> = st
+            .query_map([path], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
         let mut del = tx.prepare_cached("DELETE FROM vec_memory WHERE rowid = ?1")?;
         for id in &removed {
             del.execute([id])?;
@@ -438,7 +485,11 @@ impl Store {
     /// Forgets a file that was deleted from the workspace. Returns chunks removed.
     pub fn remove_file(&self, path: &str) -> Result<usize> {
         self.write(|inner| {
-            let tx = inner.writer.get_mut().map_err(|_| CoreError::Closed)?.transaction()?;
+            let tx = inner
+                .writer
+                .get_mut()
+                .map_err(|_| CoreError::Closed)?
+                .transaction()?;
             let removed = Self::delete_file_rows(&tx, path)?;
             tx.commit()?;
             for r in &removed {
@@ -452,10 +503,19 @@ impl Store {
     pub fn list_files(&self) -> Result<Vec<(String, String, FileState)>> {
         self.read(|inner| {
             let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
-            let mut st = r.prepare("SELECT path, source, hash, mtime, size FROM files ORDER BY path")?;
+            let mut st =
+                r.prepare("SELECT path, source, hash, mtime, size FROM files ORDER BY path")?;
             let rows = st
                 .query_map([], |r| {
-                    Ok((r.get(0)?, r.get(1)?, FileState { hash: r.get(2)?, mtime: r.get(3)?, size: r.get(4)? }))
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        FileState {
+                            hash: r.get(2)?,
+                            mtime: r.get(3)?,
+                            size: r.get(4)?,
+                        },
+                    ))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
             Ok(rows)
@@ -467,10 +527,18 @@ impl Store {
     }
 
     fn source_filter(inner: &Inner, f: &Filter) -> Option<u32> {
-        f.source.as_ref().and_then(|s| inner.source_ids.get(s).copied())
+        f.source
+            .as_ref()
+            .and_then(|s| inner.source_ids.get(s).copied())
     }
 
-    fn vector_ids(&self, inner: &Inner, query: &[f32], k: usize, f: &Filter) -> Result<Vec<(i64, f32)>> {
+    fn vector_ids(
+        &self,
+        inner: &Inner,
+        query: &[f32],
+        k: usize,
+        f: &Filter,
+    ) -> Result<Vec<(i64, f32)>> {
         if query.len() != self.dim {
             return Err(CoreError::InvalidInput(format!(
                 "query vector has dimension {}, expected {}",
@@ -484,7 +552,9 @@ impl Store {
         }
         let allow = |id: i64| f.is_empty() || inner.allows(id, f, src);
         // int8 candidates, then exact float rescoring from vec_memory.
-        let cands = inner.vindex.search(query, (k * 4).max(40), self.threads, &allow);
+        let cands = inner
+            .vindex
+            .search(query, (k * 4).max(40), self.threads, &allow);
         let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
         let mut exact = Vec::with_capacity(cands.len());
         let mut buf = vec![0u8; self.dim * 4];
@@ -511,7 +581,10 @@ impl Store {
         loop {
             let got = inner.keyword.search(text, want)?;
             let full = got.len() < want;
-            let kept: Vec<_> = got.into_iter().filter(|(id, _)| inner.allows(*id, f, src)).collect();
+            let kept: Vec<_> = got
+                .into_iter()
+                .filter(|(id, _)| inner.allows(*id, f, src))
+                .collect();
             if kept.len() >= k || full || want > 100_000 {
                 return Ok(kept.into_iter().take(k).collect());
             }
@@ -634,7 +707,12 @@ impl Store {
     }
 
     /// The last `limit` messages of a chat after `since` (segment start), oldest first.
-    pub fn recent_messages(&self, chat_id: &str, since: Option<&str>, limit: usize) -> Result<Vec<MessageRow>> {
+    pub fn recent_messages(
+        &self,
+        chat_id: &str,
+        since: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<MessageRow>> {
         self.read(|inner| {
             let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
             let mut st = r.prepare_cached(
@@ -669,7 +747,13 @@ impl Store {
         })
     }
 
-    pub fn upsert_session(&self, chat_id: &str, model: &str, segment_start: &str, created_at: &str) -> Result<()> {
+    pub fn upsert_session(
+        &self,
+        chat_id: &str,
+        model: &str,
+        segment_start: &str,
+        created_at: &str,
+    ) -> Result<()> {
         self.write(|inner| {
             inner.writer.get_mut().map_err(|_| CoreError::Closed)?.execute(
                 "INSERT INTO sessions(chat_id, model, segment_start, created_at) VALUES (?1,?2,?3,?4) \
@@ -692,7 +776,14 @@ impl Store {
         })
     }
 
-    pub fn add_summary(&self, chat_id: &str, from_id: Option<&str>, to_id: Option<&str>, file_path: &str, created_at: &str) -> Result<()> {
+    pub fn add_summary(
+        &self,
+        chat_id: &str,
+        from_id: Option<&str>,
+        to_id: Option<&str>,
+        file_path: &str,
+        created_at: &str,
+    ) -> Result<()> {
         self.write(|inner| {
             inner.writer.get_mut().map_err(|_| CoreError::Closed)?.execute(
                 "INSERT OR REPLACE INTO summaries(chat_id, from_message_id, to_message_id, file_path, created_at) \
@@ -706,16 +797,23 @@ impl Store {
     pub fn meta_get(&self, key: &str) -> Result<Option<String>> {
         self.read(|inner| {
             let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
-            Ok(r.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+            Ok(
+                r.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+                    .optional()?,
+            )
         })
     }
 
     pub fn meta_set(&self, key: &str, value: &str) -> Result<()> {
         self.write(|inner| {
-            inner.writer.get_mut().map_err(|_| CoreError::Closed)?.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
-                params![key, value],
-            )?;
+            inner
+                .writer
+                .get_mut()
+                .map_err(|_| CoreError::Closed)?
+                .execute(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+                    params![key, value],
+                )?;
             Ok(())
         })
     }
@@ -725,8 +823,18 @@ impl Store {
         self.read(|inner| {
             let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
             let mut out = Vec::new();
-            for t in ["messages", "sessions", "summaries", "files", "memory_chunks", "doc_chunks"] {
-                out.push((t.to_string(), r.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))?));
+            for t in [
+                "messages",
+                "sessions",
+                "summaries",
+                "files",
+                "memory_chunks",
+                "doc_chunks",
+            ] {
+                out.push((
+                    t.to_string(),
+                    r.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))?,
+                ));
             }
             out.push(("keyword_docs".into(), inner.keyword.num_docs() as i64));
             out.push(("vectors".into(), inner.vindex.len() as i64));
@@ -746,10 +854,13 @@ impl Store {
                     problems.push(s);
                 }
             }
-            let chunks: i64 = r.query_row("SELECT count(*) FROM memory_chunks", [], |r| r.get(0))?;
+            let chunks: i64 =
+                r.query_row("SELECT count(*) FROM memory_chunks", [], |r| r.get(0))?;
             let vecs: i64 = r.query_row("SELECT count(*) FROM vec_memory", [], |r| r.get(0))?;
             if chunks != vecs {
-                problems.push(format!("memory_chunks has {chunks} rows but vec_memory has {vecs}"));
+                problems.push(format!(
+                    "memory_chunks has {chunks} rows but vec_memory has {vecs}"
+                ));
             }
             Ok(problems)
         })
@@ -788,9 +899,13 @@ fn read_vector(c: &Connection, id: i64, buf: &mut [u8]) -> Result<bool> {
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     if let Some((chunk, off)) = slot {
-        if let Ok(blob) =
-            c.blob_open(rusqlite::MAIN_DB, "vec_memory_vector_chunks00", "vectors", chunk, true)
-        {
+        if let Ok(blob) = c.blob_open(
+            rusqlite::MAIN_DB,
+            "vec_memory_vector_chunks00",
+            "vectors",
+            chunk,
+            true,
+        ) {
             if blob.read_at_exact(buf, off as usize * buf.len()).is_ok() {
                 return Ok(true);
             }
@@ -813,12 +928,11 @@ fn read_vector(c: &Connection, id: i64, buf: &mut [u8]) -> Result<bool> {
 /// `vec_memory` scan at 100k rows). Returns false when the layout is not the one
 /// expected, so the caller falls back to the public scan.
 fn load_vec_chunks(c: &Connection, dim: usize, ix: &mut VectorIndex) -> Result<bool> {
-    let mut st = match c.prepare(
+    let Ok(mut st) = c.prepare(
         "SELECT c.size, c.validity, c.rowids, v.vectors FROM vec_memory_chunks c \
          JOIN vec_memory_vector_chunks00 v ON v.rowid = c.chunk_id",
-    ) {
-        Ok(st) => st,
-        Err(_) => return Ok(false),
+    ) else {
+        return Ok(false);
     };
     let mut q = st.query([])?;
     while let Some(r) = q.next()? {

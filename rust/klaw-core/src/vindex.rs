@@ -14,11 +14,14 @@ pub fn quantize(v: &[f32]) -> (Vec<i8>, f32) {
         return (vec![0; v.len()], 0.0);
     }
     let scale = max / 127.0;
-    let codes = v.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8).collect();
+    let codes = v
+        .iter()
+        .map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8)
+        .collect();
     (codes, scale)
 }
 
-#[inline(always)]
+#[inline]
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     // Chunks of 32 with i16 products let the compiler emit packed multiply-adds.
     let mut acc = [0i32; 32];
@@ -39,6 +42,7 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 /// int8 dot product: sign-extend 16 bytes to i16, multiply-add pairs to i32.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[allow(clippy::cast_ptr_alignment)] // _mm_loadu_si128 is the unaligned load
 unsafe fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
     use std::arch::x86_64::{
         __m128i, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_cvtepi8_epi16,
@@ -82,7 +86,11 @@ struct TopK {
 
 impl TopK {
     fn new(k: usize) -> Self {
-        TopK { k, items: Vec::with_capacity(k + 1), floor: f32::NEG_INFINITY }
+        TopK {
+            k,
+            items: Vec::with_capacity(k + 1),
+            floor: f32::NEG_INFINITY,
+        }
     }
 
     #[inline]
@@ -127,7 +135,10 @@ pub struct VectorIndex {
 
 impl VectorIndex {
     pub fn new(dim: usize) -> Self {
-        VectorIndex { dim, ..Default::default() }
+        VectorIndex {
+            dim,
+            ..Default::default()
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -170,7 +181,9 @@ impl VectorIndex {
 
     /// Sets the filter metadata of an id already present; false if absent.
     pub fn set_meta(&mut self, id: i64, created: i64, source: u32) -> bool {
-        let Some(&s) = self.slot.get(&id) else { return false };
+        let Some(&s) = self.slot.get(&id) else {
+            return false;
+        };
         self.created[s] = created;
         self.sources[s] = source;
         true
@@ -178,7 +191,9 @@ impl VectorIndex {
 
     /// (created_at seconds, source id) of an id.
     pub fn meta(&self, id: i64) -> Option<(i64, u32)> {
-        self.slot.get(&id).map(|&s| (self.created[s], self.sources[s]))
+        self.slot
+            .get(&id)
+            .map(|&s| (self.created[s], self.sources[s]))
     }
 
     pub fn shrink_to_fit(&mut self) {
@@ -201,7 +216,8 @@ impl VectorIndex {
             self.scales[s] = self.scales[last];
             self.created[s] = self.created[last];
             self.sources[s] = self.sources[last];
-            self.codes.copy_within(last * self.dim..(last + 1) * self.dim, s * self.dim);
+            self.codes
+                .copy_within(last * self.dim..(last + 1) * self.dim, s * self.dim);
             self.slot.insert(moved, s);
         }
         self.ids.pop();
@@ -304,12 +320,18 @@ impl VectorIndex {
                         sc.spawn(move || self.scan(q, range, k, allow))
                     })
                     .collect();
-                handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_default())
+                    .collect()
             })
         };
         found.sort_by(|a, b| b.0.total_cmp(&a.0));
         found.truncate(k);
-        found.into_iter().map(|(s, slot)| (self.ids[slot], s * qscale)).collect()
+        found
+            .into_iter()
+            .map(|(s, slot)| (self.ids[slot], s * qscale))
+            .collect()
     }
 }
 
@@ -321,12 +343,16 @@ mod tests {
         let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         let mut v: Vec<f32> = (0..dim)
             .map(|_| {
-                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
                 ((x >> 33) as f32 / (1u64 << 31) as f32) - 0.5
             })
             .collect();
         let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|a| *a /= n);
+        for a in &mut v {
+            *a /= n;
+        }
         v
     }
 
@@ -357,7 +383,11 @@ mod tests {
             // SAFETY: checked above.
             assert_eq!(unsafe { dot_i8_avx2(&a, &b) }, dot_i8(&a, &b));
         }
-        let slow: i32 = a.iter().zip(&b).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum();
+        let slow: i32 = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| i32::from(*x) * i32::from(*y))
+            .sum();
         assert_eq!(dot_i8(&a, &b), slow);
     }
 
@@ -368,6 +398,9 @@ mod tests {
             ix.upsert(i, &unit(i as u64, 32));
         }
         let q = unit(99_999, 32);
-        assert_eq!(ix.search(&q, 10, 1, &|_| true), ix.search(&q, 10, 2, &|_| true));
+        assert_eq!(
+            ix.search(&q, 10, 1, &|_| true),
+            ix.search(&q, 10, 2, &|_| true)
+        );
     }
 }

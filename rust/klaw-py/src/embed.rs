@@ -27,7 +27,11 @@ impl PyEmbedder {
         max_length: usize,
         max_batch_tokens: usize,
     ) -> PyResult<Self> {
-        let cfg = EmbedderConfig { threads, max_length, max_batch_tokens };
+        let cfg = EmbedderConfig {
+            threads,
+            max_length,
+            max_batch_tokens,
+        };
         let inner = py
             .detach(|| Embedder::load(&model_path, &tokenizer_path, ort_library.as_deref(), cfg))
             .map_err(to_py)?;
@@ -45,8 +49,14 @@ impl PyEmbedder {
     }
 
     /// Many texts → float32 bytes, `len(texts) * dim` values, row-major.
-    fn embed_batch<'py>(&self, py: Python<'py>, texts: Vec<String>) -> PyResult<Bound<'py, PyBytes>> {
-        let v = py.detach(|| self.inner.embed_batch(&texts)).map_err(to_py)?;
+    fn embed_batch<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let v = py
+            .detach(|| self.inner.embed_batch(&texts))
+            .map_err(to_py)?;
         Ok(PyBytes::new(py, &klaw_core::store::f32_bytes(&v)))
     }
 
@@ -75,14 +85,23 @@ impl PyEmbeddingCache {
         hashes: Vec<String>,
         dim: usize,
     ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
-        let got = py.detach(|| self.inner.get_many(&model, &hashes, dim)).map_err(to_py)?;
+        let got = py
+            .detach(|| self.inner.get_many(&model, &hashes, dim))
+            .map_err(to_py)?;
         Ok(got
             .into_iter()
             .map(|v| v.map(|v| PyBytes::new(py, &klaw_core::store::f32_bytes(&v))))
             .collect())
     }
 
-    fn put_many(&self, py: Python<'_>, model: String, hashes: Vec<String>, vectors: &[u8], dim: usize) -> PyResult<()> {
+    fn put_many(
+        &self,
+        py: Python<'_>,
+        model: String,
+        hashes: Vec<String>,
+        vectors: &[u8],
+        dim: usize,
+    ) -> PyResult<()> {
         let v = floats(vectors)?;
         if v.len() != hashes.len() * dim {
             return Err(to_py(klaw_core::CoreError::InvalidInput(format!(
@@ -92,12 +111,14 @@ impl PyEmbeddingCache {
                 v.len()
             ))));
         }
-        py.detach(|| self.inner.put_many(&model, &hashes, &v, dim)).map_err(to_py)
+        py.detach(|| self.inner.put_many(&model, &hashes, &v, dim))
+            .map_err(to_py)
     }
 
     #[pyo3(signature = (model = None))]
     fn count(&self, py: Python<'_>, model: Option<String>) -> PyResult<i64> {
-        py.detach(|| self.inner.len(model.as_deref())).map_err(to_py)
+        py.detach(|| self.inner.len(model.as_deref()))
+            .map_err(to_py)
     }
 }
 
@@ -110,8 +131,9 @@ pub fn embed_cached<'py>(
     model_id: String,
     texts: Vec<String>,
 ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
-    let (v, hits) =
-        py.detach(|| embed_with_cache(&embedder.inner, &cache.inner, &model_id, &texts)).map_err(to_py)?;
+    let (v, hits) = py
+        .detach(|| embed_with_cache(&embedder.inner, &cache.inner, &model_id, &texts))
+        .map_err(to_py)?;
     Ok((PyBytes::new(py, &klaw_core::store::f32_bytes(&v)), hits))
 }
 

@@ -35,8 +35,15 @@ for _c in (KlawError, InvalidInput, StoreError, StoreCorrupt, StoreLocked, Model
     _c.__module__ = "klaw._core"
 "#;
 
-pub const NAMES: [&str; 7] =
-    ["KlawError", "InvalidInput", "StoreError", "StoreCorrupt", "StoreLocked", "ModelError", "ModelNotFound"];
+pub const NAMES: [&str; 7] = [
+    "KlawError",
+    "InvalidInput",
+    "StoreError",
+    "StoreCorrupt",
+    "StoreLocked",
+    "ModelError",
+    "ModelNotFound",
+];
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -59,7 +66,9 @@ fn class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>> {
 pub fn to_py(e: CoreError) -> PyErr {
     let name = match &e {
         CoreError::InvalidInput(_) => "InvalidInput",
-        CoreError::Io(_) | CoreError::Sqlite(_) | CoreError::Keyword(_) | CoreError::Closed => "StoreError",
+        CoreError::Io(_) | CoreError::Sqlite(_) | CoreError::Keyword(_) | CoreError::Closed => {
+            "StoreError"
+        }
         CoreError::Corrupt(_) => "StoreCorrupt",
         CoreError::Locked(_) => "StoreLocked",
         CoreError::Model(_) => "ModelError",

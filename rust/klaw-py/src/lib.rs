@@ -1,4 +1,7 @@
 //! The `klaw._core` extension: thin adapters over `klaw-core`.
+// Arguments are extracted as owned values so the GIL can be released around the
+// work (conventions: "extract owned inputs before releasing the GIL").
+#![allow(clippy::needless_pass_by_value)]
 use pyo3::prelude::*;
 
 mod chunk;

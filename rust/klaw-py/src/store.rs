@@ -25,7 +25,10 @@ pub struct PyHit {
 #[pymethods]
 impl PyHit {
     fn __repr__(&self) -> String {
-        format!("Hit(id={}, source={:?}, score={:.4})", self.id, self.source, self.score)
+        format!(
+            "Hit(id={}, source={:?}, score={:.4})",
+            self.id, self.source, self.score
+        )
     }
 }
 
@@ -45,23 +48,36 @@ impl From<klaw_core::store::Hit> for PyHit {
     }
 }
 
+/// (path, source, hash, mtime, size) of an indexed file.
+pub type FileTuple = (String, String, String, f64, i64);
 pub type ChunkTuple = (String, Option<i64>, Option<i64>, Option<String>, String);
-pub type MessageTuple = (String, String, String, String, Option<String>, String, Option<String>, String);
+pub type MessageTuple = (
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    String,
+    Option<String>,
+    String,
+);
 
 fn chunks_from(t: Vec<ChunkTuple>) -> Vec<NewChunk> {
     t.into_iter()
-        .map(|(content, start_line, end_line, heading, chunk_hash)| NewChunk {
-            content,
-            start_line,
-            end_line,
-            heading,
-            chunk_hash,
-        })
+        .map(
+            |(content, start_line, end_line, heading, chunk_hash)| NewChunk {
+                content,
+                start_line,
+                end_line,
+                heading,
+                chunk_hash,
+            },
+        )
         .collect()
 }
 
 pub fn floats(b: &[u8]) -> PyResult<Vec<f32>> {
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return Err(to_py(CoreError::InvalidInput(format!(
             "vector buffer of {} bytes is not float32 data",
             b.len()
@@ -72,13 +88,26 @@ pub fn floats(b: &[u8]) -> PyResult<Vec<f32>> {
 
 fn iso(name: &str, v: Option<String>) -> PyResult<Option<i64>> {
     v.map(|s| {
-        parse_iso(&s).ok_or_else(|| to_py(CoreError::InvalidInput(format!("{name} is not an ISO 8601 time: {s:?}"))))
+        parse_iso(&s).ok_or_else(|| {
+            to_py(CoreError::InvalidInput(format!(
+                "{name} is not an ISO 8601 time: {s:?}"
+            )))
+        })
     })
     .transpose()
 }
 
 fn msg_tuple(m: MessageRow) -> MessageTuple {
-    (m.id, m.channel, m.chat_id, m.role, m.kind, m.content, m.metadata, m.created_at)
+    (
+        m.id,
+        m.channel,
+        m.chat_id,
+        m.role,
+        m.kind,
+        m.content,
+        m.metadata,
+        m.created_at,
+    )
 }
 
 #[pyclass(frozen, module = "klaw._core", name = "Store")]
@@ -91,7 +120,9 @@ impl PyStore {
     #[new]
     #[pyo3(signature = (path, dim = 384, threads = 2))]
     fn new(py: Python<'_>, path: PathBuf, dim: usize, threads: usize) -> PyResult<Self> {
-        let inner = py.detach(|| Store::open(&path, dim, threads)).map_err(to_py)?;
+        let inner = py
+            .detach(|| Store::open(&path, dim, threads))
+            .map_err(to_py)?;
         Ok(PyStore { inner })
     }
 
@@ -119,9 +150,12 @@ impl PyStore {
         Ok(s.map(|s| (s.hash, s.mtime, s.size)))
     }
 
-    fn list_files(&self, py: Python<'_>) -> PyResult<Vec<(String, String, String, f64, i64)>> {
+    fn list_files(&self, py: Python<'_>) -> PyResult<Vec<FileTuple>> {
         let rows = py.detach(|| self.inner.list_files()).map_err(to_py)?;
-        Ok(rows.into_iter().map(|(p, src, s)| (p, src, s.hash, s.mtime, s.size)).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(p, src, s)| (p, src, s.hash, s.mtime, s.size))
+            .collect())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -141,7 +175,11 @@ impl PyStore {
         let v = floats(vectors)?;
         let chunks = chunks_from(chunks);
         let state = FileState { hash, mtime, size };
-        py.detach(|| self.inner.replace_file(&path, &source, &state, &created_at, &chunks, &v)).map_err(to_py)
+        py.detach(|| {
+            self.inner
+                .replace_file(&path, &source, &state, &created_at, &chunks, &v)
+        })
+        .map_err(to_py)
     }
 
     fn remove_file(&self, py: Python<'_>, path: String) -> PyResult<usize> {
@@ -160,8 +198,11 @@ impl PyStore {
     ) -> PyResult<Vec<i64>> {
         let v = floats(vectors)?;
         let chunks = chunks_from(chunks);
-        py.detach(|| self.inner.add_chunks(&source, chat_id.as_deref(), &created_at, &chunks, &v))
-            .map_err(to_py)
+        py.detach(|| {
+            self.inner
+                .add_chunks(&source, chat_id.as_deref(), &created_at, &chunks, &v)
+        })
+        .map_err(to_py)
     }
 
     fn count_chunks(&self, py: Python<'_>) -> PyResult<usize> {
@@ -186,8 +227,17 @@ impl PyStore {
         source: Option<String>,
     ) -> PyResult<Vec<PyHit>> {
         let q = query_vec.map(floats).transpose()?;
-        let f = Filter { since: iso("since", since)?, until: iso("until", until)?, source };
-        let p = FusionParams { candidates: candidates.max(top_k), rrf_k, vector_weight, keyword_weight };
+        let f = Filter {
+            since: iso("since", since)?,
+            until: iso("until", until)?,
+            source,
+        };
+        let p = FusionParams {
+            candidates: candidates.max(top_k),
+            rrf_k,
+            vector_weight,
+            keyword_weight,
+        };
         let hits = py
             .detach(|| self.inner.search(q.as_deref(), &query_text, top_k, &p, &f))
             .map_err(to_py)?;
@@ -205,14 +255,25 @@ impl PyStore {
         source: Option<String>,
     ) -> PyResult<Vec<(i64, f32)>> {
         let q = floats(query_vec)?;
-        let f = Filter { since: iso("since", since)?, until: iso("until", until)?, source };
-        py.detach(|| self.inner.vector_search(&q, k, &f)).map_err(to_py)
+        let f = Filter {
+            since: iso("since", since)?,
+            until: iso("until", until)?,
+            source,
+        };
+        py.detach(|| self.inner.vector_search(&q, k, &f))
+            .map_err(to_py)
     }
 
     #[pyo3(signature = (query_vec, k = 10))]
-    fn vector_search_exact(&self, py: Python<'_>, query_vec: &[u8], k: usize) -> PyResult<Vec<(i64, f32)>> {
+    fn vector_search_exact(
+        &self,
+        py: Python<'_>,
+        query_vec: &[u8],
+        k: usize,
+    ) -> PyResult<Vec<(i64, f32)>> {
         let q = floats(query_vec)?;
-        py.detach(|| self.inner.vector_search_exact(&q, k)).map_err(to_py)
+        py.detach(|| self.inner.vector_search_exact(&q, k))
+            .map_err(to_py)
     }
 
     #[pyo3(signature = (text, k = 10, since = None, until = None, source = None))]
@@ -225,8 +286,13 @@ impl PyStore {
         until: Option<String>,
         source: Option<String>,
     ) -> PyResult<Vec<(i64, f32)>> {
-        let f = Filter { since: iso("since", since)?, until: iso("until", until)?, source };
-        py.detach(|| self.inner.keyword_search(&text, k, &f)).map_err(to_py)
+        let f = Filter {
+            since: iso("since", since)?,
+            until: iso("until", until)?,
+            source,
+        };
+        py.detach(|| self.inner.keyword_search(&text, k, &f))
+            .map_err(to_py)
     }
 
     fn get_chunks(&self, py: Python<'_>, ids: Vec<i64>) -> PyResult<Vec<PyHit>> {
@@ -237,18 +303,21 @@ impl PyStore {
     fn insert_messages(&self, py: Python<'_>, rows: Vec<MessageTuple>) -> PyResult<usize> {
         let rows: Vec<MessageRow> = rows
             .into_iter()
-            .map(|(id, channel, chat_id, role, kind, content, metadata, created_at)| MessageRow {
-                id,
-                channel,
-                chat_id,
-                role,
-                kind,
-                content,
-                metadata,
-                created_at,
-            })
+            .map(
+                |(id, channel, chat_id, role, kind, content, metadata, created_at)| MessageRow {
+                    id,
+                    channel,
+                    chat_id,
+                    role,
+                    kind,
+                    content,
+                    metadata,
+                    created_at,
+                },
+            )
             .collect();
-        py.detach(|| self.inner.insert_messages(&rows)).map_err(to_py)
+        py.detach(|| self.inner.insert_messages(&rows))
+            .map_err(to_py)
     }
 
     fn count_messages(&self, py: Python<'_>) -> PyResult<i64> {
@@ -263,13 +332,25 @@ impl PyStore {
         since: Option<String>,
         limit: usize,
     ) -> PyResult<Vec<MessageTuple>> {
-        let rows = py.detach(|| self.inner.recent_messages(&chat_id, since.as_deref(), limit)).map_err(to_py)?;
+        let rows = py
+            .detach(|| {
+                self.inner
+                    .recent_messages(&chat_id, since.as_deref(), limit)
+            })
+            .map_err(to_py)?;
         Ok(rows.into_iter().map(msg_tuple).collect())
     }
 
     #[pyo3(signature = (query, limit = 20))]
-    fn search_messages(&self, py: Python<'_>, query: String, limit: usize) -> PyResult<Vec<MessageTuple>> {
-        let rows = py.detach(|| self.inner.search_messages(&query, limit)).map_err(to_py)?;
+    fn search_messages(
+        &self,
+        py: Python<'_>,
+        query: String,
+        limit: usize,
+    ) -> PyResult<Vec<MessageTuple>> {
+        let rows = py
+            .detach(|| self.inner.search_messages(&query, limit))
+            .map_err(to_py)?;
         Ok(rows.into_iter().map(msg_tuple).collect())
     }
 
@@ -281,11 +362,20 @@ impl PyStore {
         segment_start: String,
         created_at: String,
     ) -> PyResult<()> {
-        py.detach(|| self.inner.upsert_session(&chat_id, &model, &segment_start, &created_at)).map_err(to_py)
+        py.detach(|| {
+            self.inner
+                .upsert_session(&chat_id, &model, &segment_start, &created_at)
+        })
+        .map_err(to_py)
     }
 
-    fn get_session(&self, py: Python<'_>, chat_id: String) -> PyResult<Option<(String, String, String)>> {
-        py.detach(|| self.inner.get_session(&chat_id)).map_err(to_py)
+    fn get_session(
+        &self,
+        py: Python<'_>,
+        chat_id: String,
+    ) -> PyResult<Option<(String, String, String)>> {
+        py.detach(|| self.inner.get_session(&chat_id))
+            .map_err(to_py)
     }
 
     #[pyo3(signature = (chat_id, from_id, to_id, file_path, created_at))]
@@ -299,7 +389,13 @@ impl PyStore {
         created_at: String,
     ) -> PyResult<()> {
         py.detach(|| {
-            self.inner.add_summary(&chat_id, from_id.as_deref(), to_id.as_deref(), &file_path, &created_at)
+            self.inner.add_summary(
+                &chat_id,
+                from_id.as_deref(),
+                to_id.as_deref(),
+                &file_path,
+                &created_at,
+            )
         })
         .map_err(to_py)
     }
@@ -309,7 +405,8 @@ impl PyStore {
     }
 
     fn meta_set(&self, py: Python<'_>, key: String, value: String) -> PyResult<()> {
-        py.detach(|| self.inner.meta_set(&key, &value)).map_err(to_py)
+        py.detach(|| self.inner.meta_set(&key, &value))
+            .map_err(to_py)
     }
 
     fn stats(&self, py: Python<'_>) -> PyResult<Vec<(String, i64)>> {
@@ -323,7 +420,7 @@ impl PyStore {
 
 /// Float32 bytes of a list of floats (for callers without numpy).
 #[pyfunction]
-pub fn pack_f32<'py>(py: Python<'py>, values: Vec<f32>) -> Bound<'py, PyBytes> {
+pub fn pack_f32(py: Python<'_>, values: Vec<f32>) -> Bound<'_, PyBytes> {
     PyBytes::new(py, &klaw_core::store::f32_bytes(&values))
 }
 

@@ -2,7 +2,6 @@
 use std::path::PathBuf;
 
 use klaw_core::tokens::{self, TokenError};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 /// Below this many bytes the estimate takes less time than releasing the GIL.
@@ -10,9 +9,9 @@ const DETACH_MIN_BYTES: usize = 16 * 1024;
 
 /// The one place that maps `TokenError` to Python (to become KlawError subclasses).
 fn token_error(e: &TokenError) -> PyErr {
-    PyValueError::new_err(format!(
+    crate::errors::to_py(klaw_core::CoreError::InvalidInput(format!(
         "{e}; pass the path of a HuggingFace tokenizer.json"
-    ))
+    )))
 }
 
 #[pyfunction]
