@@ -3,7 +3,6 @@ embedding batches of 400-token chunks. Run as: python rss_probe.py klaw|python D
 
 from __future__ import annotations
 
-import resource
 import sys
 from pathlib import Path
 
@@ -56,4 +55,7 @@ def python(db: str) -> None:
 
 if __name__ == "__main__":
     {"klaw": klaw, "python": python}[sys.argv[1]](sys.argv[2])
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    # VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child of a big pytest
+    # process would report its parent's peak.
+    status = Path("/proc/self/status").read_text()
+    print(int(status.split("VmHWM:")[1].split()[0]))

@@ -8,7 +8,7 @@ use crate::store::MessageRow;
 use crate::timeutil::parse_iso;
 use rusqlite::{params, Connection};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::value::RawValue;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -34,31 +34,66 @@ pub struct ReindexStats {
 }
 
 #[derive(Deserialize)]
-struct Line {
-    id: Value,
+struct Line<'a> {
+    #[serde(borrow)]
+    id: &'a RawValue,
     ts: String,
     role: String,
-    content: Value,
+    #[serde(borrow)]
+    content: &'a RawValue,
     #[serde(rename = "type", default)]
     kind: Option<String>,
+    // Kept as raw JSON text: stored as is, never re-serialised.
+    #[serde(default, borrow)]
+    meta: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct MetaFields {
     #[serde(default)]
-    meta: Option<Value>,
+    channel: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 const ROLES: [&str; 4] = ["user", "assistant", "system", "tool"];
 
+fn raw_string(v: &RawValue) -> Option<String> {
+    let t = v.get();
+    if t.starts_with('"') {
+        serde_json::from_str::<String>(t).ok()
+    } else {
+        None
+    }
+}
+
 /// Parses one JSONL line into a message of `chat_id`, or says why not.
 pub fn parse_line(raw: &[u8], chat_id: &str) -> std::result::Result<MessageRow, String> {
+    parse_line_meta(raw, chat_id).map(|(m, _)| m)
+}
+
+/// Like `parse_line`, also returning `meta.model` (for session rebuilding).
+fn parse_line_meta(
+    raw: &[u8],
+    chat_id: &str,
+) -> std::result::Result<(MessageRow, Option<String>), String> {
     let text = std::str::from_utf8(raw).map_err(|_| "invalid UTF-8".to_string())?;
     let text = text.trim_end_matches(['\n', '\r']);
     if text.trim().is_empty() {
         return Err("empty line".into());
     }
-    let l: Line = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
-    let id = match l.id {
-        Value::String(s) if !s.is_empty() => s,
-        Value::Number(n) => n.to_string(),
-        _ => return Err("missing id".into()),
+    let l: Line<'_> = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    let id = match raw_string(l.id) {
+        Some(s) if !s.is_empty() => s,
+        Some(_) => return Err("missing id".into()),
+        None => {
+            let t = l.id.get();
+            if t.bytes().all(|b| b.is_ascii_digit() || b == b'-') && !t.is_empty() {
+                t.to_string()
+            } else {
+                return Err("missing id".into());
+            }
+        }
     };
     if parse_iso(&l.ts).is_none() {
         return Err(format!("bad ts {:?}", l.ts));
@@ -66,30 +101,34 @@ pub fn parse_line(raw: &[u8], chat_id: &str) -> std::result::Result<MessageRow, 
     if !ROLES.contains(&l.role.as_str()) {
         return Err(format!("unknown role {:?}", l.role));
     }
-    let content = match l.content {
-        Value::String(s) => s,
-        Value::Null => String::new(),
-        other => other.to_string(),
+    let content = match l.content.get() {
+        "null" => String::new(),
+        t if t.starts_with('"') => raw_string(l.content).ok_or("invalid content string")?,
+        // Structured content (tool results) is kept as its JSON text.
+        t => t.to_string(),
     };
-    let channel = l
-        .meta
-        .as_ref()
-        .and_then(|m| m.get("channel"))
-        .and_then(Value::as_str)
-        .map_or_else(
-            || chat_id.split('_').next().unwrap_or(chat_id).to_string(),
-            str::to_string,
-        );
-    Ok(MessageRow {
-        id,
-        channel,
-        chat_id: chat_id.to_string(),
-        role: l.role,
-        kind: l.kind,
-        content,
-        metadata: l.meta.map(|m| m.to_string()),
-        created_at: l.ts,
-    })
+    let (channel, model) = match l.meta {
+        Some(m) => match serde_json::from_str::<MetaFields>(m.get()) {
+            Ok(f) => (f.channel, f.model),
+            Err(_) => (None, None),
+        },
+        None => (None, None),
+    };
+    let channel =
+        channel.unwrap_or_else(|| chat_id.split('_').next().unwrap_or(chat_id).to_string());
+    Ok((
+        MessageRow {
+            id,
+            channel,
+            chat_id: chat_id.to_string(),
+            role: l.role,
+            kind: l.kind,
+            content,
+            metadata: l.meta.map(|m| m.get().to_string()),
+            created_at: l.ts,
+        },
+        model,
+    ))
 }
 
 /// Every `*.jsonl` under `conversations/{chat}/`, chats and days in order.
@@ -126,7 +165,20 @@ enum Batch {
 
 const BATCH: usize = 8192;
 
-fn parse_files(files: Vec<(String, PathBuf)>, tx: &mpsc::SyncSender<Batch>) -> std::io::Result<()> {
+/// Per chat: first message time, and the last session_break's time and model.
+#[derive(Default)]
+struct SessionAcc {
+    first: String,
+    segment: Option<(String, Option<String>)>,
+}
+
+type Sessions = std::collections::BTreeMap<String, SessionAcc>;
+
+fn parse_files(
+    files: Vec<(String, PathBuf)>,
+    tx: &mpsc::SyncSender<Batch>,
+) -> std::io::Result<Sessions> {
+    let mut sessions = Sessions::new();
     let mut buf = Vec::with_capacity(4096);
     for (chat_id, path) in files {
         let f = std::fs::File::open(&path)?;
@@ -142,8 +194,22 @@ fn parse_files(files: Vec<(String, PathBuf)>, tx: &mpsc::SyncSender<Batch>) -> s
             }
             line_no += 1;
             bytes += n as u64;
-            match parse_line(&buf, &chat_id) {
-                Ok(m) => rows.push(m),
+            match parse_line_meta(&buf, &chat_id) {
+                Ok((m, model)) => {
+                    let acc = sessions.entry(chat_id.clone()).or_default();
+                    if acc.first.is_empty() || m.created_at < acc.first {
+                        acc.first.clone_from(&m.created_at);
+                    }
+                    if m.kind.as_deref() == Some("session_break")
+                        && acc
+                            .segment
+                            .as_ref()
+                            .is_none_or(|(ts, _)| m.created_at >= *ts)
+                    {
+                        acc.segment = Some((m.created_at.clone(), model));
+                    }
+                    rows.push(m);
+                }
                 Err(reason) => {
                     let torn = if buf.last() == Some(&b'\n') {
                         ""
@@ -156,7 +222,7 @@ fn parse_files(files: Vec<(String, PathBuf)>, tx: &mpsc::SyncSender<Batch>) -> s
                         reason: reason + torn,
                     };
                     if tx.send(Batch::Skip(s)).is_err() {
-                        return Ok(());
+                        return Ok(sessions);
                     }
                 }
             }
@@ -165,16 +231,16 @@ fn parse_files(files: Vec<(String, PathBuf)>, tx: &mpsc::SyncSender<Batch>) -> s
                     .send(Batch::Rows(std::mem::take(&mut rows), bytes))
                     .is_err()
                 {
-                    return Ok(());
+                    return Ok(sessions);
                 }
                 bytes = 0;
             }
         }
         if tx.send(Batch::Rows(rows, bytes)).is_err() || tx.send(Batch::FileDone).is_err() {
-            return Ok(());
+            return Ok(sessions);
         }
     }
-    Ok(())
+    Ok(sessions)
 }
 
 /// Progress output on stderr (a plain bar; the GIL is released around this work).
@@ -236,6 +302,13 @@ pub fn rebuild_messages(
     default_model: &str,
     progress: bool,
 ) -> Result<ReindexStats> {
+    let t0 = std::time::Instant::now();
+    let trace = std::env::var_os("KLAW_REINDEX_TRACE").is_some();
+    let mark = |what: &str| {
+        if trace {
+            eprintln!("reindex: {what} at {:.2}s", t0.elapsed().as_secs_f64());
+        }
+    };
     let files = conversation_files(&data_dir.join("conversations"))?;
     let total: u64 = files
         .iter()
@@ -314,14 +387,15 @@ pub fn rebuild_messages(
         }
     }
     drop(ftx);
-    match parser.join() {
+    mark("messages inserted");
+    let sessions = match parser.join() {
         Ok(r) => r?,
         Err(_) => {
             return Err(CoreError::Io(std::io::Error::other(
                 "JSONL parser thread panicked",
             )))
         }
-    }
+    };
     match fts.join() {
         Ok(r) => r?,
         Err(_) => {
@@ -330,22 +404,25 @@ pub fn rebuild_messages(
             )))
         }
     }
+    mark("full-text built");
     t.execute_batch("CREATE INDEX idx_messages_chat ON messages(chat_id, created_at DESC);")?;
     // Sessions: the segment starts at the last session_break of each chat.
-    stats.sessions = t.execute(
-        "INSERT INTO sessions(chat_id, model, segment_start, created_at)
-         SELECT chat_id,
-                COALESCE((SELECT json_extract(b.metadata, '$.model') FROM messages b
-                          WHERE b.chat_id = m.chat_id AND b.type = 'session_break'
-                          ORDER BY b.created_at DESC LIMIT 1), ?1),
-                COALESCE((SELECT max(b.created_at) FROM messages b
-                          WHERE b.chat_id = m.chat_id AND b.type = 'session_break'), min(created_at)),
-                min(created_at)
-         FROM messages m GROUP BY chat_id",
-        [default_model],
-    )? as u64;
+    {
+        let mut ins = t.prepare(
+            "INSERT INTO sessions(chat_id, model, segment_start, created_at) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (chat, acc) in &sessions {
+            let (start, model) = match &acc.segment {
+                Some((ts, model)) => (ts.as_str(), model.as_deref().unwrap_or(default_model)),
+                None => (acc.first.as_str(), default_model),
+            };
+            ins.execute(params![chat, model, start, acc.first])?;
+            stats.sessions += 1;
+        }
+    }
     stats.summaries = insert_summaries(&t, &data_dir.join("summaries"))?;
     t.commit()?;
+    mark("sessions, summaries, index, commit");
     conn.execute("ATTACH DATABASE ?1 AS ftsb", [fts_path.to_string_lossy()])?;
     conn.execute_batch(
         "BEGIN;
@@ -358,6 +435,7 @@ pub fn rebuild_messages(
          COMMIT;",
     )?;
     conn.execute("DETACH DATABASE ftsb", [])?;
+    mark("full-text copied");
     let _ = std::fs::remove_file(&fts_path);
     conn.execute_batch(
         "CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
