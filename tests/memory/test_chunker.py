@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import bisect
-import importlib.util
 import itertools
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -19,16 +16,7 @@ from klaw import _core
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_baseline() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pychunker", ROOT / "benches" / "pychunker.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("pychunker", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-pychunker = _load_baseline()
+from pychunker_baseline import pychunker  # noqa: E402
 
 
 def source_lines(text: str) -> list[str]:

@@ -6,11 +6,8 @@ so a change to the estimate's constants that makes it worse fails here.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -42,16 +39,7 @@ CL100K_BOUNDS = {
 }
 
 
-def _load_baseline() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pychunker", ROOT / "benches" / "pychunker.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("pychunker", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-pychunker = _load_baseline()
+from pychunker_baseline import pychunker  # noqa: E402
 
 
 def _wordpiece_path() -> Path:

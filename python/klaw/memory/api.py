@@ -77,6 +77,16 @@ def load_backend(config: EngineConfig, paths: KlawPaths) -> EmbeddingBackend:
     return OnnxBackend(embedder, models.model_id(files))
 
 
+def _init_core_memory(paths: KlawPaths) -> None:
+    """Core memory starts from the workspace's USER.md, once (design §4.2)."""
+    user_md = paths.workspace / "USER.md"
+    if user_md.is_file() and not paths.core_memory.exists():
+        from klaw.memory.core import CoreMemory
+
+        if CoreMemory(paths.core_memory).init_from_user_md(user_md):
+            log.info("core memory initialised from %s", user_md)
+
+
 class Memory:
     """Archival memory. One instance owns the store; it is safe to share between threads."""
 
@@ -120,6 +130,7 @@ class Memory:
             paths = replace(paths, workspace=Path(workspace))
         elif getattr(config, "workspace", None):
             paths = replace(paths, workspace=Path(str(config.workspace)).expanduser())
+        _init_core_memory(paths)
         backend = backend or load_backend(config, paths)
         cache = _core.EmbeddingCache(str(paths.embeddings_cache))
         threads = min(2, os.cpu_count() or 1)
