@@ -106,6 +106,11 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class TelegramConfig(_Section):
+    @property
+    def active(self) -> bool:
+        """Enabled and given a token: the gateway connects to Telegram."""
+        return self.enabled and bool(self.token)
+
     enabled: bool = True
     token: str = ""
     api_server: str = "https://api.telegram.org"
@@ -652,10 +657,9 @@ def _engine_required(cfg: EngineConfig, loc: Loc) -> bool:
 
 
 def _gateway_required(cfg: GatewayConfig, loc: Loc) -> bool:
-    channels = cfg.channels
-    return (loc == ("channels", "telegram", "token") and channels.telegram.enabled) or (
-        loc == ("channels", "discord", "token") and channels.discord.enabled
-    )
+    # Telegram runs only once TELEGRAM_BOT_TOKEN is set (a fresh install chats on the
+    # console); Discord is off by default, so enabling it means its token is wanted.
+    return loc == ("channels", "discord", "token") and cfg.channels.discord.enabled
 
 
 def _with_workspace(env: Mapping[str, str], data: Any) -> dict[str, str]:

@@ -161,11 +161,11 @@ def test_doctor_broken_engine_yaml(paths: KlawPaths, monkeypatch: pytest.MonkeyP
     assert f"fix: edit {paths.engine_config} at the lines above" in out
 
 
-def test_doctor_missing_token(paths: KlawPaths) -> None:
+def test_doctor_missing_token_is_a_warning(paths: KlawPaths) -> None:
     run("init")
     code, out = run("doctor")
-    assert code == 1
-    assert "TELEGRAM_BOT_TOKEN is not set" in out
+    assert code == 0  # a fresh install chats on the console until Telegram is configured
+    assert "telegram: no bot token" in out and "export TELEGRAM_BOT_TOKEN" in out
 
 
 def test_doctor_before_init(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:

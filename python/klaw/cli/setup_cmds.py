@@ -199,6 +199,13 @@ def _check_configs(doc: _Doctor, paths: KlawPaths) -> EngineConfig:
             continue
         if isinstance(cfg, EngineConfig):
             engine = cfg
+        else:
+            tg = cfg.channels.telegram
+            if tg.enabled and not tg.active:
+                doc.warn(
+                    "telegram: no bot token, only the console channel will run",
+                    "export TELEGRAM_BOT_TOKEN=... (from @BotFather) to connect Telegram",
+                )
         if path.exists():
             doc.ok(f"{path.name}: {path}")
         else:

@@ -311,9 +311,16 @@ class Memory:
             found.extend(sorted(p for p in (ws / "memory").rglob("*.md") if p.is_file()))
         if self.paths.summaries.is_dir():
             found.extend(sorted(p for p in self.paths.summaries.rglob("*.md") if p.is_file()))
-        if self.paths.core_memory.is_file():
+        if self.paths.core_memory.is_file() and self._core_memory_has_facts():
             found.append(self.paths.core_memory)
         return found
+
+    def _core_memory_has_facts(self) -> bool:
+        try:
+            data = json.loads(self.paths.core_memory.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and any(bool(v) for v in data.values())
 
     def index_workspace(self) -> IndexReport:
         """Indexes changed workspace memory files and forgets deleted ones."""
