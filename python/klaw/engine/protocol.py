@@ -1,0 +1,462 @@
+"""The engine socket protocol (design §2.3): typed messages, one JSON object a line.
+
+Wire format: UTF-8 JSON objects separated by ``\\n``, discriminated by ``type``, field
+names in camelCase as in the design (``chatId``, ``replyTo``); snake_case names are
+accepted on input too, and unknown fields are ignored. ``content`` is also accepted
+as ``text``. A line may hold at most `MAX_LINE_BYTES` bytes (newline excluded).
+
+Gateway ⇄ engine (the gateway's one persistent connection):
+
+    → register        {"type":"register","client":"gateway","channels":["telegram"]}
+    ← registered      the engine accepted the registration (version, pid)
+    → inbound         a user message: id, channel, chatId, ts, content, meta
+    → command         a slash command: id, channel, chatId, ts, name, args, meta
+    ← outbound        a reply or a push: channel, chatId, content, replyTo, meta
+    ⇄ error           code, message, ref (the id of the message it answers)
+    ← shutdown        the engine stops taking messages: buffer until it is back
+
+CLI → engine (short connections; the response echoes the request ``id``):
+
+    → status          ← status_result         uptime, pid, version, gateway, counts
+    → sessions        ← sessions_result       chats and their sessions
+    → memory_search   ← memory_search_result  hits: citation, content, score...
+
+`decode` never lets a bad line through: it raises a `ProtocolError` whose `code`
+and `ref` the receiver turns into an `error` reply with `error_for`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Annotated, Any, Final, Literal, TypeAlias
+
+from pydantic import (
+    AliasChoices,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic.alias_generators import to_camel
+
+from klaw.errors import KlawError
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "Attachment",
+    "Command",
+    "Error",
+    "ErrorCode",
+    "GatewayInfo",
+    "Inbound",
+    "InboundMeta",
+    "InvalidJson",
+    "InvalidMessage",
+    "LineReader",
+    "LineTooLong",
+    "MemorySearch",
+    "MemorySearchResult",
+    "Message",
+    "ProtocolError",
+    "Quote",
+    "Register",
+    "Registered",
+    "Request",
+    "SearchHit",
+    "SessionInfo",
+    "Sessions",
+    "SessionsResult",
+    "Shutdown",
+    "Status",
+    "StatusResult",
+    "UnknownType",
+    "decode",
+    "encode",
+    "error_for",
+    "new_id",
+]
+
+#: The longest line either side accepts, newline excluded.
+MAX_LINE_BYTES: Final = 1024 * 1024
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class ErrorCode:
+    """The `code` values of `error` messages."""
+
+    INVALID_JSON: Final = "invalid_json"
+    INVALID_MESSAGE: Final = "invalid_message"
+    UNKNOWN_TYPE: Final = "unknown_type"
+    LINE_TOO_LONG: Final = "line_too_long"
+    UNEXPECTED: Final = "unexpected_message"  # a valid type the receiver does not take
+    NOT_REGISTERED: Final = "not_registered"  # inbound/command before `register`
+    NOT_IMPLEMENTED: Final = "not_implemented"  # no message pipeline yet
+    SHUTTING_DOWN: Final = "shutting_down"  # the engine is stopping: buffer and retry
+    REPLACED: Final = "replaced"  # another gateway registered; this connection closes
+    UNAVAILABLE: Final = "unavailable"  # e.g. the engine runs without memory
+    BAD_REQUEST: Final = "bad_request"  # the request was well-formed but refused
+    INTERNAL: Final = "internal"
+
+
+# --- errors ---------------------------------------------------------------
+
+
+class ProtocolError(KlawError):
+    """A line that is not a valid protocol message; `code` names the reason."""
+
+    code: str = ErrorCode.INVALID_MESSAGE
+
+    def __init__(self, message: str, ref: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.ref = ref
+
+
+class InvalidJson(ProtocolError):
+    code = ErrorCode.INVALID_JSON
+
+
+class UnknownType(ProtocolError):
+    code = ErrorCode.UNKNOWN_TYPE
+
+
+class InvalidMessage(ProtocolError):
+    code = ErrorCode.INVALID_MESSAGE
+
+
+class LineTooLong(ProtocolError):
+    code = ErrorCode.LINE_TOO_LONG
+
+
+# --- models ---------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+    )
+
+
+class Attachment(_Model):
+    """A file the gateway saved locally (photo, document, voice)."""
+
+    path: str
+    mime: str | None = None
+    name: str | None = None
+    size: int | None = Field(default=None, ge=0)
+
+
+class Quote(_Model):
+    """The message a user replied to, as the channel showed it."""
+
+    id: str | None = None
+    sender: str | None = None
+    content: str = Field(default="", validation_alias=AliasChoices("content", "text"))
+
+
+class InboundMeta(_Model):
+    sender: str | None = None  # the channel's user id
+    sender_name: str | None = None
+    reply_to: Quote | None = None
+    attachments: list[Attachment] = Field(default_factory=list)
+
+
+class Register(_Model):
+    type: Literal["register"] = "register"
+    client: str = "gateway"
+    channels: list[str] = Field(default_factory=list)
+
+
+class Registered(_Model):
+    type: Literal["registered"] = "registered"
+    version: str
+    pid: int
+
+
+class Inbound(_Model):
+    type: Literal["inbound"] = "inbound"
+    id: str = Field(min_length=1)
+    channel: str = Field(min_length=1)
+    chat_id: str = Field(min_length=1)
+    ts: AwareDatetime
+    content: str = Field(default="", validation_alias=AliasChoices("content", "text"))
+    meta: InboundMeta = Field(default_factory=InboundMeta)
+
+
+class Command(_Model):
+    """A slash command: `/model glm-5` is name "model", args "glm-5"."""
+
+    type: Literal["command"] = "command"
+    id: str = Field(min_length=1)
+    channel: str = Field(min_length=1)
+    chat_id: str = Field(min_length=1)
+    ts: AwareDatetime
+    name: str = Field(min_length=1)
+    args: str = ""
+    meta: InboundMeta = Field(default_factory=InboundMeta)
+
+
+class Outbound(_Model):
+    type: Literal["outbound"] = "outbound"
+    id: str = Field(default_factory=new_id)
+    channel: str = Field(min_length=1)
+    chat_id: str = Field(min_length=1)
+    content: str = Field(default="", validation_alias=AliasChoices("content", "text"))
+    reply_to: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Error(_Model):
+    type: Literal["error"] = "error"
+    code: str
+    message: str
+    ref: str | None = None
+
+
+class Shutdown(_Model):
+    type: Literal["shutdown"] = "shutdown"
+    reason: str = "the engine is stopping"
+
+
+class Status(_Model):
+    type: Literal["status"] = "status"
+    id: str = Field(default_factory=new_id)
+
+
+class GatewayInfo(_Model):
+    client: str
+    channels: list[str]
+    connected_at: AwareDatetime
+
+
+class StatusResult(_Model):
+    type: Literal["status_result"] = "status_result"
+    id: str
+    pid: int
+    version: str
+    started_at: AwareDatetime
+    uptime_s: float
+    gateway: GatewayInfo | None = None
+    in_flight: int = 0
+    memory: bool = False
+    counts: dict[str, int] = Field(default_factory=dict)
+
+
+class Sessions(_Model):
+    type: Literal["sessions"] = "sessions"
+    id: str = Field(default_factory=new_id)
+
+
+class SessionInfo(_Model):
+    chat_id: str
+    model: str | None = None
+    segment_start: str | None = None
+    created_at: str | None = None
+
+
+class SessionsResult(_Model):
+    """`sessions`: chats with a conversation log; session fields when the store has a row.
+
+    `total` is the number of rows in the store's sessions table; `unlisted` is how many
+    of them belong to chats that have no conversation directory (the store cannot list
+    them by itself yet).
+    """
+
+    type: Literal["sessions_result"] = "sessions_result"
+    id: str
+    sessions: list[SessionInfo] = Field(default_factory=list)
+    total: int = 0
+    unlisted: int = 0
+
+
+class MemorySearch(_Model):
+    type: Literal["memory_search"] = "memory_search"
+    id: str = Field(default_factory=new_id)
+    query: str = Field(min_length=1)
+    top_k: int | None = Field(default=None, gt=0, le=100)
+
+
+class SearchHit(_Model):
+    citation: str
+    content: str
+    score: float
+    source: str
+    created_at: str
+    heading: str | None = None
+
+
+class MemorySearchResult(_Model):
+    type: Literal["memory_search_result"] = "memory_search_result"
+    id: str
+    hits: list[SearchHit] = Field(default_factory=list)
+
+
+Message: TypeAlias = Annotated[
+    Register
+    | Registered
+    | Inbound
+    | Command
+    | Outbound
+    | Error
+    | Shutdown
+    | Status
+    | StatusResult
+    | Sessions
+    | SessionsResult
+    | MemorySearch
+    | MemorySearchResult,
+    Field(discriminator="type"),
+]
+#: CLI requests: answered on the same connection with the same `id`.
+Request: TypeAlias = Status | Sessions | MemorySearch
+
+_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+_TYPES: Final = frozenset(
+    {
+        "register",
+        "registered",
+        "inbound",
+        "command",
+        "outbound",
+        "error",
+        "shutdown",
+        "status",
+        "status_result",
+        "sessions",
+        "sessions_result",
+        "memory_search",
+        "memory_search_result",
+    }
+)
+
+
+def encode(msg: BaseModel) -> bytes:
+    """One line of UTF-8 JSON ending in a newline; `LineTooLong` past `MAX_LINE_BYTES`."""
+    line = msg.model_dump_json(by_alias=True).encode()
+    if len(line) > MAX_LINE_BYTES:
+        raise LineTooLong(
+            f"{msg.__class__.__name__} encodes to {len(line)} bytes, "
+            f"over the {MAX_LINE_BYTES}-byte line limit",
+            getattr(msg, "id", None),
+        )
+    return line + b"\n"
+
+
+def _ref(obj: dict[str, Any]) -> str | None:
+    ref = obj.get("id")
+    return ref if isinstance(ref, str) else None
+
+
+def decode(line: bytes) -> Message:
+    """Parses one line (trailing newline optional); raises a `ProtocolError` subclass."""
+    body = line.rstrip(b"\r\n")
+    if len(body) > MAX_LINE_BYTES:
+        raise LineTooLong(f"line of {len(body)} bytes is over the {MAX_LINE_BYTES}-byte limit")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidJson(f"line is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise InvalidJson(f"line is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise InvalidMessage(f"expected a JSON object, got {type(obj).__name__}")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise InvalidMessage('message has no "type" field', _ref(obj))
+    if kind not in _TYPES:
+        raise UnknownType(
+            f"unknown message type {kind[:64]!r}; known: {', '.join(sorted(_TYPES))}",
+            _ref(obj),
+        )
+    try:
+        return _ADAPTER.validate_python(obj)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'][1:]) or '(message)'}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        )
+        raise InvalidMessage(f"invalid {kind} message: {problems}", _ref(obj)) from None
+
+
+def error_for(exc: ProtocolError) -> Error:
+    """The `error` reply for a line that failed to decode."""
+    return Error(code=exc.code, message=exc.message, ref=exc.ref)
+
+
+# --- streams --------------------------------------------------------------
+
+_CHUNK = 64 * 1024
+
+
+class LineReader:
+    """Reads protocol lines from a stream, refusing (and skipping) oversized ones.
+
+    `asyncio.StreamReader.readline` leaves the tail of an oversized line in the
+    stream, where it would be read as a second, garbage line; this reader drops the
+    whole line and raises `LineTooLong` once, then carries on with the next line.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, max_line: int = MAX_LINE_BYTES) -> None:
+        self._reader = reader
+        self._max = max_line
+        self._buf = bytearray()
+        self._scanned = 0
+
+    async def readline(self) -> bytes | None:
+        """The next line without its newline; None at end of stream."""
+        while True:
+            i = self._buf.find(b"\n", self._scanned)
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[: i + 1]
+                self._scanned = 0
+                return self._checked(line)
+            self._scanned = len(self._buf)
+            if len(self._buf) > self._max:
+                size = len(self._buf)
+                self._buf.clear()
+                self._scanned = 0
+                size += await self._skip_rest_of_line()
+                raise LineTooLong(
+                    f"line of {size} bytes or more is over the {self._max}-byte limit; skipped"
+                )
+            chunk = await self._reader.read(_CHUNK)
+            if not chunk:
+                if not self._buf:
+                    return None
+                line = bytes(self._buf)  # a last line without its newline
+                self._buf.clear()
+                self._scanned = 0
+                return self._checked(line)
+            self._buf += chunk
+
+    def _checked(self, line: bytes) -> bytes:
+        if len(line) > self._max:
+            raise LineTooLong(
+                f"line of {len(line)} bytes is over the {self._max}-byte limit; skipped"
+            )
+        return line
+
+    async def _skip_rest_of_line(self) -> int:
+        skipped = 0
+        while True:
+            chunk = await self._reader.read(_CHUNK)
+            if not chunk:
+                return skipped
+            i = chunk.find(b"\n")
+            if i >= 0:
+                self._buf += chunk[i + 1 :]
+                return skipped + i
+            skipped += len(chunk)

@@ -1,0 +1,117 @@
+"""Helpers shared by the HTTP clients: error mapping, Retry-After, secret redaction."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from klaw.llm.errors import (
+    MalformedResponse,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeout,
+)
+
+MAX_MESSAGE = 300  # provider explanations are shown in logs and to the owner: keep them short
+
+
+def redact(text: str, secret: str | None) -> str:
+    """`text` with `secret` blanked out (providers sometimes echo the key they rejected)."""
+    if secret:
+        text = text.replace(secret, "***")
+    return text
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    now = time.time() if now is None else now
+    return max(0.0, when.timestamp() - now)
+
+
+def provider_message(body: bytes, fallback: str) -> str:
+    """The human explanation inside an error body, whatever shape the provider uses.
+
+    OpenAI/DeepSeek/DashScope: {"error": {"message": ...}}; Ollama: {"error": "..."};
+    GLM and DashScope native: {"code": ..., "message"/"msg": ...}; Anthropic:
+    {"type": "error", "error": {"type": ..., "message": ...}}.
+    """
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        data = None
+    message: Any = None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict):
+            message = err.get("message") or err.get("msg") or err.get("type")
+        elif isinstance(err, str):
+            message = err
+        message = message or data.get("message") or data.get("msg")
+    if not isinstance(message, str) or not message.strip():
+        message = text or fallback
+    out = " ".join(str(message).split())
+    return out[:MAX_MESSAGE] + ("…" if len(out) > MAX_MESSAGE else "")
+
+
+def http_error(
+    response: httpx.Response, body: bytes, *, provider: str, model: str, secret: str | None
+) -> ProviderError:
+    status = response.status_code
+    message = redact(provider_message(body, response.reason_phrase or "error"), secret)
+    return ProviderError(
+        message,
+        provider=provider,
+        model=model,
+        status=status,
+        retry_after=parse_retry_after(response.headers.get("retry-after")),
+    )
+
+
+@asynccontextmanager
+async def translate_transport(
+    *, provider: str, model: str, timeout_s: float, secret: str | None
+) -> AsyncIterator[None]:
+    """Turn httpx/asyncio transport failures into ProviderError subclasses."""
+    try:
+        yield
+    except (httpx.TimeoutException, TimeoutError) as exc:
+        raise ProviderTimeout(
+            f"no answer within {timeout_s:g} s", provider=provider, model=model
+        ) from exc
+    except httpx.TransportError as exc:
+        # str(exc) names the host, never headers: still redact in case a proxy echoes one.
+        raise ProviderConnectionError(
+            redact(f"cannot reach the endpoint: {exc or type(exc).__name__}", secret),
+            provider=provider,
+            model=model,
+        ) from exc
+
+
+def parse_json(body: bytes, *, provider: str, model: str) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise MalformedResponse(
+            f"answer is not JSON: {body[:80]!r}", provider=provider, model=model
+        ) from exc
+    if not isinstance(data, dict):
+        raise MalformedResponse("answer is not a JSON object", provider=provider, model=model)
+    return data

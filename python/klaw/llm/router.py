@@ -1,0 +1,217 @@
+"""Model references → clients, with retries, backoff and the fallback chain (design §8.2–8.3).
+
+A model reference is `provider/model-id` (the id may itself contain `/`, as on
+OpenRouter). It must be listed under `models:` and its provider under `providers:`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from klaw.config import EngineConfig, ModelConfig, ProviderConfig
+from klaw.llm.anthropic import AnthropicClient
+from klaw.llm.errors import AllProvidersFailed, LlmConfigError, ProviderError
+from klaw.llm.openai_compat import OpenAICompatClient
+from klaw.llm.types import DeltaCallback, LlmClient, LlmRequest, LlmResponse
+
+__all__ = ["ModelRef", "Router", "Sleep"]
+
+log = logging.getLogger("klaw.llm")
+
+Sleep = Callable[[float], Awaitable[None]]
+# A provider asking us to wait longer than this is treated as down: fall back instead.
+MAX_RETRY_AFTER_S = 30.0
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A resolved model: where it lives and its per-model parameters."""
+
+    ref: str  # "glm/glm-5"
+    provider: str  # "glm"
+    model_id: str  # "glm-5"
+    config: ModelConfig
+
+
+class Router:
+    """Sends a request along the chain: the model asked for, then `routing.fallback`.
+
+    Each model is tried up to `llm.maxRetries + 1` times when the failure is retryable
+    (an HTTP status in `llm.retryOn`, a timeout, an unreachable endpoint), waiting
+    `initialBackoffMs × backoffMultiplier^n` or the provider's `Retry-After`. Any other
+    failure moves on to the next model at once.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        max_retry_after_s: float = MAX_RETRY_AFTER_S,
+    ) -> None:
+        self._config = config
+        self._sleep = sleep
+        self._max_retry_after_s = max_retry_after_s
+        self._clients: dict[str, LlmClient] = {}
+
+    async def __aenter__(self) -> Router:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+    # ------------------------------------------------------------------ resolution
+
+    def resolve(self, ref: str) -> ModelRef:
+        """Check `ref` against engine.yaml; raise LlmConfigError naming what is wrong."""
+        provider, sep, model_id = ref.partition("/")
+        if not sep or not provider or not model_id:
+            raise LlmConfigError(f"model reference {ref!r} must look like provider/model-id")
+        if provider not in self._config.providers:
+            known = ", ".join(sorted(self._config.providers)) or "none"
+            raise LlmConfigError(
+                f"model {ref!r}: unknown provider {provider!r} (engine.yaml providers: {known})"
+            )
+        model = self._config.models.get(ref)
+        if model is None:
+            known = ", ".join(sorted(self._config.models)) or "none"
+            raise LlmConfigError(
+                f"unknown model {ref!r}: add it under engine.yaml models (known: {known})"
+            )
+        return ModelRef(ref, provider, model_id, model)
+
+    def chain(self, model: str | None = None, task: str | None = None) -> list[ModelRef]:
+        """The models to try, in order, without repeats."""
+        routing = self._config.routing
+        if model is None and task is not None:
+            if task not in type(routing.tasks).model_fields:
+                raise LlmConfigError(f"unknown routing task {task!r}")
+            model = str(getattr(routing.tasks, task))
+        first = model or routing.default
+        refs = list(dict.fromkeys([first, *routing.fallback]))
+        return [self.resolve(r) for r in refs]
+
+    def check(self) -> list[str]:
+        """Problems with the routing section (for startup and `klaw doctor`)."""
+        routing = self._config.routing
+        refs = [routing.default, *routing.fallback, *routing.tasks.model_dump().values()]
+        problems: list[str] = []
+        for ref in dict.fromkeys(refs):
+            try:
+                target = self.resolve(ref)
+                self._client(target.provider)
+            except LlmConfigError as exc:
+                problems.append(str(exc))
+        return problems
+
+    def _client(self, name: str) -> LlmClient:
+        client = self._clients.get(name)
+        if client is None:
+            client = build_client(
+                name, self._config.providers[name], self._config.llm.request_timeout_ms / 1000
+            )
+            self._clients[name] = client
+        return client
+
+    # ------------------------------------------------------------------ calls
+
+    async def complete(
+        self,
+        request: LlmRequest,
+        model: str | None = None,
+        task: str | None = None,
+        *,
+        on_delta: DeltaCallback | None = None,
+    ) -> LlmResponse:
+        """Answer `request` with the first model of the chain that works.
+
+        Raises LlmConfigError for a bad model reference and AllProvidersFailed when the
+        whole chain failed. Once streamed text has reached `on_delta`, a failure is final
+        (no retry, no fallback): the user has already seen part of an answer.
+        """
+        failures: dict[str, ProviderError] = {}
+        delivered = False
+
+        async def relay(text: str) -> None:
+            nonlocal delivered
+            delivered = True
+            if on_delta is not None:
+                await on_delta(text)
+
+        for target in self.chain(model, task):
+            client = self._client(target.provider)
+            attempt_request = dataclasses.replace(
+                request,
+                model=target.model_id,
+                max_tokens=request.max_tokens or target.config.max_tokens,
+                temperature=(
+                    request.temperature
+                    if request.temperature is not None
+                    else target.config.temperature
+                ),
+            )
+            try:
+                return await self._with_retries(client, attempt_request, target.ref, relay)
+            except ProviderError as exc:
+                failures[target.ref] = exc
+                if delivered:
+                    break
+                log.warning("llm %s failed, trying the next model: %s", target.ref, exc)
+        raise AllProvidersFailed(failures)
+
+    async def _with_retries(
+        self, client: LlmClient, request: LlmRequest, ref: str, relay: DeltaCallback
+    ) -> LlmResponse:
+        llm = self._config.llm
+        delay_s = llm.initial_backoff_ms / 1000
+        attempt = 0
+        while True:
+            streamed = False
+
+            async def tracked(text: str) -> None:
+                nonlocal streamed
+                streamed = True
+                await relay(text)
+
+            try:
+                return await client.complete(request, tracked)
+            except ProviderError as exc:
+                if streamed or attempt >= llm.max_retries or not self._retryable(exc):
+                    raise
+                wait_s = delay_s
+                if exc.retry_after is not None:
+                    if exc.retry_after > self._max_retry_after_s:
+                        raise  # asked to come back much later: another model will do
+                    wait_s = exc.retry_after
+                attempt += 1
+                log.info(
+                    "llm %s: %s; retry %d/%d in %.1f s", ref, exc, attempt, llm.max_retries, wait_s
+                )
+                await self._sleep(wait_s)
+                delay_s *= llm.backoff_multiplier
+
+    def _retryable(self, exc: ProviderError) -> bool:
+        if exc.status is None:
+            return exc.transient
+        return exc.status in self._config.llm.retry_on
+
+
+def build_client(name: str, provider: ProviderConfig, timeout_s: float) -> LlmClient:
+    """The client speaking `provider.type`; raise LlmConfigError for a type not built yet."""
+    if provider.type == "openai-compatible":
+        return OpenAICompatClient(name, provider.endpoint, provider.api_key, timeout_s=timeout_s)
+    if provider.type == "anthropic":
+        return AnthropicClient(name, provider.endpoint, provider.api_key, timeout_s=timeout_s)
+    raise LlmConfigError(
+        f"provider {name!r}: type {provider.type!r} has no client yet "
+        "(use openai-compatible or anthropic)"
+    )

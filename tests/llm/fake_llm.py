@@ -1,0 +1,125 @@
+"""A scripted local HTTP server speaking enough of the OpenAI / Anthropic APIs for tests.
+
+Each test queues replies (JSON, status codes, headers, delays, raw bodies, SSE streams);
+every request received is recorded. Runs on 127.0.0.1 on a random port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    json: Any = None
+    body: str | None = None  # raw body (malformed JSON, HTML error pages...)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds before answering (cut short when the server closes)
+    sse: list[Any] | None = None  # events: dicts are JSON-encoded, strings sent as they are
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    json: Any
+
+
+class FakeLLM:
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[Recorded] = []
+        self._closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    def queue(self, *replies: Reply) -> FakeLLM:
+        self.replies.extend(replies)
+        return self
+
+    def ok(self, content: str = "hello", model: str = "m") -> FakeLLM:
+        """Queue a plain successful chat completion."""
+        return self.queue(Reply(json=completion(content, model)))
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None and isinstance(server, asyncio.base_events.Server)
+        port = server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    async def close(self) -> None:
+        self._closing.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        text = await request.text()
+        try:
+            payload = json.loads(text) if text else None
+        except ValueError:
+            payload = text
+        self.requests.append(
+            Recorded(request.method, request.path, dict(request.headers), payload)
+        )
+        if not self.replies:
+            return web.json_response({"error": {"message": "no scripted reply"}}, status=599)
+        reply = self.replies.popleft()
+        if reply.delay:
+            try:
+                await asyncio.wait_for(self._closing.wait(), reply.delay)
+            except TimeoutError:
+                pass
+        if reply.sse is not None:
+            return await self._sse(request, reply)
+        if reply.body is not None:
+            return web.Response(
+                status=reply.status,
+                text=reply.body,
+                headers=reply.headers,
+                content_type="application/json",
+            )
+        return web.json_response(reply.json, status=reply.status, headers=reply.headers)
+
+    async def _sse(self, request: web.Request, reply: Reply) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=reply.status, headers={"Content-Type": "text/event-stream", **reply.headers}
+        )
+        await response.prepare(request)
+        for event in reply.sse or []:
+            data = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
+            await response.write(f"data: {data}\n\n".encode())
+        await response.write_eof()
+        return response
+
+
+def completion(
+    content: str | None = "hello",
+    model: str = "m",
+    tool_calls: list[dict[str, Any]] | None = None,
+    finish_reason: str = "stop",
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls is not None:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+    }
