@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-
-from tests.llm.fake_llm import FakeLLM
+from fake_llm import FakeLLM
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ class Reply:
     body: str | None = None  # raw body (malformed JSON, HTML error pages...)
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (cut short when the server closes)
-    sse: list[Any] | None = None  # events: dicts are JSON-encoded, strings sent as they are
+    sse: list[Any] | None = None  # dicts JSON-encoded, strings as is, ':...' as comments
 
 
 @dataclass
@@ -56,9 +56,7 @@ class FakeLLM:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert server is not None and isinstance(server, asyncio.base_events.Server)
-        port = server.sockets[0].getsockname()[1]
+        port = self._runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{port}"
         return self.url
 
@@ -73,9 +71,7 @@ class FakeLLM:
             payload = json.loads(text) if text else None
         except ValueError:
             payload = text
-        self.requests.append(
-            Recorded(request.method, request.path, dict(request.headers), payload)
-        )
+        self.requests.append(Recorded(request.method, request.path, dict(request.headers), payload))
         if not self.replies:
             return web.json_response({"error": {"message": "no scripted reply"}}, status=599)
         reply = self.replies.popleft()
@@ -101,6 +97,9 @@ class FakeLLM:
         )
         await response.prepare(request)
         for event in reply.sse or []:
+            if isinstance(event, str) and event.startswith(":"):  # an SSE comment line
+                await response.write(f"{event}\n\n".encode())
+                continue
             data = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
             await response.write(f"data: {data}\n\n".encode())
         await response.write_eof()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +30,6 @@ from klaw.llm.types import (
 )
 
 __all__ = ["OpenAICompatClient", "parse_tool_calls"]
-
-log = logging.getLogger("klaw.llm")
 
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",
