@@ -1,0 +1,575 @@
+"""Assembling the context window for one LLM call (design §3.1–3.3, §4.3, §9.2).
+
+The context is rebuilt from scratch before every call; nothing here mutates the
+conversation log. `assemble_context` is pure apart from reading the workspace
+persona files, synchronous and fast (one batch token count in the common case).
+
+Layout of what it returns::
+
+    system   ## Soul / ## Identity / ## Instructions / ## Environment Notes /
+             ## About the User        SOUL, IDENTITY, AGENTS, TOOLS, USER .md, missing skipped
+             ## Current Context       date with weekday, time with timezone, channel
+             ## Core Memory           core_memory.json (private chats only, see below)
+             ## Earlier in This Conversation   the segment's last summary
+             ## Available Skills      name: description (bodies come from `skill_load`)
+    ...      the sliding window: newest messages of the current segment that fit
+    tools    the tool schemas (counted against the budget as their JSON)
+
+Budget (all in tokens, counted with the Rust counter by default)::
+
+    after_margin = contextBudget - ceil(10% of contextBudget)
+    reserve      = max_tokens of the reply (DEFAULT_REPLY_RESERVE when the model sets
+                   none), clamped so the input keeps at least MIN_INPUT_SHARE of
+                   after_margin (otherwise e.g. maxTokens 16384 with contextBudget
+                   16000 would leave a negative budget)
+    usable       = after_margin - reserve
+
+The fixed parts (system prompt, tool schemas) are counted first; the window gets
+what remains: whole "units" (a plain message, or an assistant message with tool
+calls together with its tool results) from the newest back, up to `window_cap`
+messages, never crossing a ``session_break`` row. The last unit (the current user
+message) is always kept. When the fixed parts plus that last unit do not fit, the
+workspace files are cut, largest first down to a common size, each with a visible
+"[truncated]" note; if even that is not enough the report says ``over_budget``.
+
+Group chats never get core memory nor USER.md (the same private facts; core memory
+is a superset of it) unless `allow_private_memory_in_groups` is set. MEMORY.md is
+never read here: archival memory reaches the model only through `memory_search`.
+
+Stored tool calls: the `metadata_json` of a stored row carries them as produced by
+`message_meta` (assistant: ``{"tool_calls": [{"id", "name", "arguments"}]}``; tool:
+``{"tool_call_id": ..., "is_error": bool}``); the OpenAI wire shape
+(``{"function": {"name", "arguments": "<json>"}}``) is accepted too. A tool result
+whose call is not in the window is dropped, and calls whose results are missing are
+removed from their assistant message, so providers never see a broken pair.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from klaw import _core
+from klaw.llm.types import Message, Role, ToolCall, ToolSchema
+
+if TYPE_CHECKING:
+    from klaw.config import EngineConfig
+
+__all__ = [
+    "DEFAULT_REPLY_RESERVE",
+    "MIN_INPUT_SHARE",
+    "PER_MESSAGE_OVERHEAD",
+    "SAFETY_MARGIN",
+    "TRUNCATED_NOTE",
+    "WORKSPACE_FILES",
+    "AssembledContext",
+    "ChatKind",
+    "ContextInput",
+    "ContextLimits",
+    "ContextReport",
+    "StoredMessage",
+    "TokenCounterFn",
+    "assemble_context",
+    "budget_split",
+    "message_meta",
+    "model_limits",
+    "row_to_message",
+]
+
+log = logging.getLogger("klaw.engine")
+
+ChatKind = Literal["private", "group"]
+# (id, channel, chat_id, role, type, content, metadata_json, created_at), as
+# returned by Store.recent_messages.
+StoredMessage: TypeAlias = tuple[str, str, str, str, str | None, str, str | None, str]
+# Token counts for a batch of texts, e.g. `_core.count_tokens_batch` or
+# `TokenCounter(...).count_batch`.
+TokenCounterFn: TypeAlias = Callable[[list[str]], list[int]]
+
+# Workspace files of the system prompt, in order, with their headings (design §4.3).
+WORKSPACE_FILES: tuple[tuple[str, str], ...] = (
+    ("SOUL.md", "Soul"),
+    ("IDENTITY.md", "Identity"),
+    ("AGENTS.md", "Instructions"),
+    ("TOOLS.md", "Environment Notes"),
+    ("USER.md", "About the User"),
+)
+PRIVATE_FILES = frozenset({"USER.md"})
+
+SAFETY_MARGIN = 0.10  # share of contextBudget kept free for counting error (design §3.3)
+DEFAULT_REPLY_RESERVE = 4096  # when the model config sets no maxTokens
+MIN_INPUT_SHARE = 0.20  # the reply reserve never leaves the input less than this
+PER_MESSAGE_OVERHEAD = 4  # role and framing tokens of one chat message
+TRUNCATED_NOTE = "[truncated: {name} was cut to fit the context budget]"
+MAX_FILE_BYTES = 1 << 20  # a bigger workspace file could never fit: read only this much
+
+_DEFAULT_COUNTER: TokenCounterFn = _core.count_tokens_batch
+_ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class ContextLimits:
+    """The numbers from engine.yaml that bound one call's context."""
+
+    context_budget: int
+    max_tokens: int | None
+    window_cap: int
+    allow_private_memory_in_groups: bool = False
+
+
+def model_limits(config: EngineConfig, model: str, *, subagent: bool = False) -> ContextLimits:
+    """`models[model].contextBudget` (else `context.defaultBudgetTokens`), the model's
+    `maxTokens`, and `context.slidingWindow` (or `subagentWindow` for subagents)."""
+    model_cfg = config.models.get(model)
+    ctx = config.context
+    return ContextLimits(
+        context_budget=(model_cfg.context_budget if model_cfg else None)
+        or ctx.default_budget_tokens,
+        max_tokens=model_cfg.max_tokens if model_cfg else None,
+        window_cap=ctx.subagent_window if subagent else ctx.sliding_window,
+        allow_private_memory_in_groups=ctx.allow_private_memory_in_groups,
+    )
+
+
+@dataclass(frozen=True)
+class ContextInput:
+    """Everything one context assembly needs; see the module docstring."""
+
+    workspace: Path
+    core_memory: str  # CoreMemory.to_prompt(); "" when empty
+    summary: str | None  # the last summary of the current segment
+    window: Sequence[StoredMessage]  # oldest first, already cut at the segment start
+    now: datetime  # timezone-aware
+    channel: str
+    context_budget: int
+    max_tokens: int | None  # the reply's maxTokens; None: DEFAULT_REPLY_RESERVE
+    window_cap: int  # context.slidingWindow or context.subagentWindow
+    tools: Sequence[ToolSchema] = ()
+    skills: Sequence[tuple[str, str]] = ()  # (name, description)
+    chat_kind: ChatKind = "private"
+    allow_private_memory_in_groups: bool = False
+    count_tokens: TokenCounterFn = _DEFAULT_COUNTER
+
+    @classmethod
+    def from_limits(cls, limits: ContextLimits, **kwargs: Any) -> ContextInput:
+        """Build an input with the budget, reserve, cap and group policy of `limits`."""
+        return cls(
+            context_budget=limits.context_budget,
+            max_tokens=limits.max_tokens,
+            window_cap=limits.window_cap,
+            allow_private_memory_in_groups=limits.allow_private_memory_in_groups,
+            **kwargs,
+        )
+
+
+# -------------------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    """What went into the context and why.
+
+    `tokens` has one entry per part present: the workspace file names, "context"
+    (date/time/channel), "core_memory", "summary", "skills", "tools", "window".
+    """
+
+    context_budget: int
+    margin: int
+    reserve: int
+    usable: int
+    tokens: dict[str, int]
+    total: int
+    window_kept: int  # messages of the segment sent to the model
+    window_dropped: int  # messages of the segment left out (budget or cap)
+    orphans_dropped: int = 0  # tool results / calls without their other half
+    before_break: int = 0  # input rows at or before the last session_break
+    truncated: tuple[str, ...] = ()  # workspace files that were cut
+    reserve_clamped: bool = False
+    over_budget: bool = False  # even after truncation the total exceeds `usable`
+    private_memory_included: bool = True
+
+    @property
+    def was_truncated(self) -> bool:
+        return bool(self.truncated)
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    messages: list[Message]
+    tools: list[ToolSchema]
+    report: ContextReport
+
+
+# -------------------------------------------------------------------- budget math
+
+
+def budget_split(context_budget: int, max_tokens: int | None) -> tuple[int, int, int, bool]:
+    """(margin, reserve, usable, reserve_clamped) for a context budget."""
+    if context_budget <= 0:
+        raise ValueError(f"context budget must be positive, got {context_budget}")
+    margin = math.ceil(context_budget * SAFETY_MARGIN)
+    after_margin = context_budget - margin
+    wanted = DEFAULT_REPLY_RESERVE if max_tokens is None else max(0, max_tokens)
+    limit = after_margin - math.ceil(after_margin * MIN_INPUT_SHARE)
+    reserve = min(wanted, limit)
+    return margin, reserve, after_margin - reserve, reserve < wanted
+
+
+# ------------------------------------------------------------ stored rows <-> Message
+
+
+def message_meta(message: Message) -> dict[str, Any]:
+    """The metadata to store with `message` so `row_to_message` can rebuild its
+    tool-call fields (empty for plain messages)."""
+    meta: dict[str, Any] = {}
+    if message.tool_calls:
+        meta["tool_calls"] = [
+            {"id": call.id, "name": call.name, "arguments": call.arguments}
+            for call in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        meta["tool_call_id"] = message.tool_call_id
+    if message.is_error:
+        meta["is_error"] = True
+    return meta
+
+
+def _parse_call(raw: Any) -> ToolCall | None:
+    if not isinstance(raw, Mapping):
+        return None
+    fn = raw.get("function")
+    source: Mapping[str, Any] = fn if isinstance(fn, Mapping) else raw
+    call_id, name = raw.get("id"), source.get("name")
+    if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
+        return None
+    args: Any = source.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            return ToolCall(call_id, name, error="arguments are not JSON", raw_arguments=args)
+    if not isinstance(args, dict):
+        return ToolCall(call_id, name, error="arguments are not an object", raw_arguments=None)
+    return ToolCall(call_id, name, arguments=args)
+
+
+def _load_meta(metadata_json: str | None) -> dict[str, Any]:
+    if not metadata_json:
+        return {}
+    try:
+        meta = json.loads(metadata_json)
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def row_to_message(row: StoredMessage) -> Message | None:
+    """The LLM message for a stored row; None for markers and unknown roles."""
+    _id, _channel, _chat, role, kind, content, metadata_json, _at = row
+    if kind == "session_break" or role not in _ROLES:
+        return None
+    meta = _load_meta(metadata_json)
+    msg_role: Role = role  # type: ignore[assignment]  # checked against _ROLES above
+    if role == "assistant":
+        raw_calls = meta.get("tool_calls")
+        calls = [c for c in map(_parse_call, raw_calls or []) if c is not None]
+        return Message("assistant", content or None, tool_calls=calls)
+    if role == "tool":
+        call_id = meta.get("tool_call_id")
+        return Message(
+            "tool",
+            content,
+            tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
+            is_error=meta.get("is_error") is True,
+        )
+    return Message(msg_role, content)
+
+
+def _message_text(message: Message) -> str:
+    """The text counted for one message: content plus its tool calls as JSON."""
+    text = message.content or ""
+    if message.tool_calls:
+        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
+        text += json.dumps(calls, ensure_ascii=False)
+    return text
+
+
+def _schema_json(schema: ToolSchema) -> str:
+    return json.dumps(
+        {"name": schema.name, "description": schema.description, "parameters": schema.parameters},
+        ensure_ascii=False,
+    )
+
+
+# --------------------------------------------------------------------- the window
+
+
+def _segment(rows: Sequence[StoredMessage]) -> tuple[Sequence[StoredMessage], int]:
+    """Rows after the last session_break, and how many rows were cut before it."""
+    for i in range(len(rows) - 1, -1, -1):
+        if rows[i][4] == "session_break":
+            return rows[i + 1 :], i + 1
+    return rows, 0
+
+
+def _units(messages: list[Message]) -> tuple[list[list[Message]], int]:
+    """Group messages into units that must stay together; drop broken tool pairs.
+
+    A unit is one plain message, or an assistant message with tool calls followed by
+    the tool results answering them. Returns (units, messages or calls dropped).
+    """
+    units: list[list[Message]] = []
+    dropped = 0
+    i = 0
+    while i < len(messages):
+        msg = messages[i]
+        i += 1
+        if msg.role == "tool":  # a result whose call is not right before it
+            dropped += 1
+            continue
+        if msg.role != "assistant" or not msg.tool_calls:
+            units.append([msg])
+            continue
+        wanted = {call.id for call in msg.tool_calls}
+        results: list[Message] = []
+        while i < len(messages) and messages[i].role == "tool":
+            result = messages[i]
+            i += 1
+            if result.tool_call_id in wanted:
+                wanted.discard(result.tool_call_id)
+                results.append(result)
+            else:
+                dropped += 1
+        if wanted:  # calls never answered: providers refuse them
+            dropped += len(wanted)
+            calls = [c for c in msg.tool_calls if c.id not in wanted]
+            msg = replace(msg, tool_calls=calls)
+            if not calls and not msg.content:
+                continue
+        units.append([msg, *results])
+    return units, dropped
+
+
+# ------------------------------------------------------------------- system prompt
+
+
+def _read_workspace_file(path: Path) -> tuple[str, bool] | None:
+    """(text, cut at MAX_FILE_BYTES) of a workspace file; None if absent or empty."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("cannot read workspace file %s: %s", path.name, exc.strerror)
+        return None
+    cut = len(raw) > MAX_FILE_BYTES
+    text = raw[:MAX_FILE_BYTES].decode("utf-8", errors="replace").strip()
+    if not text:
+        return None
+    return text, cut
+
+
+def _format_now(now: datetime) -> str:
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("`now` must be timezone-aware (e.g. datetime.now(ZoneInfo(...)))")
+    offset = now.strftime("%z")
+    offset = f"UTC{offset[:3]}:{offset[3:5]}" if offset else "UTC"
+    zone = getattr(now.tzinfo, "key", None) or now.tzname() or offset
+    if zone == offset:
+        zone_text = offset
+    elif zone in ("UTC", "Etc/UTC", "GMT") and not now.utcoffset():
+        zone_text = "UTC"
+    else:
+        zone_text = f"{zone}, {offset}"
+    return f"Date: {now:%Y-%m-%d} ({now:%A})\nTime: {now:%H:%M} ({zone_text})"
+
+
+def _section(heading: str, body: str) -> str:
+    return f"## {heading}\n{body.strip()}\n"
+
+
+def _fit_text(text: str, max_tokens: int, count: TokenCounterFn) -> str:
+    """The longest prefix of `text` within `max_tokens`, cut at a line or word end."""
+    if max_tokens <= 0:
+        return ""
+    lo, hi = 0, len(text)
+    # Binary search on the character length; a handful of counts.
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count([text[:mid]])[0] <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    prefix = text[:lo]
+    if lo < len(text):
+        for sep in ("\n", " "):
+            at = prefix.rfind(sep)
+            if at >= lo * 0.8:
+                return prefix[:at].rstrip()
+    return prefix.rstrip()
+
+
+def _water_level(sizes: list[int], target: int) -> int:
+    """The largest cap L with sum(min(s, L)) <= target (largest cut first)."""
+    if sum(sizes) <= target:
+        return max(sizes, default=0)
+    lo, hi = 0, max(sizes)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(s, mid) for s in sizes) <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# ------------------------------------------------------------------------ assembly
+
+
+def assemble_context(inp: ContextInput) -> AssembledContext:
+    """Build the messages of one LLM call within the model's budget.
+
+    Raises ValueError for a non-positive budget or a naive `now`.
+    """
+    count = inp.count_tokens
+    margin, reserve, usable, clamped = budget_split(inp.context_budget, inp.max_tokens)
+    private_ok = inp.chat_kind == "private" or inp.allow_private_memory_in_groups
+
+    # ---- fixed parts, in prompt order
+    files: list[tuple[str, str, str]] = []  # (file name, heading, body)
+    cut_on_read: list[str] = []
+    for name, heading in WORKSPACE_FILES:
+        if name in PRIVATE_FILES and not private_ok:
+            continue
+        read = _read_workspace_file(inp.workspace / name)
+        if read is None:
+            continue
+        body, cut = read
+        if cut:
+            body += "\n" + TRUNCATED_NOTE.format(name=name)
+            cut_on_read.append(name)
+        files.append((name, heading, body))
+
+    tail: list[tuple[str, str]] = [
+        (
+            "context",
+            _section(
+                "Current Context",
+                f"{_format_now(inp.now)}\nChannel: {inp.channel} ({inp.chat_kind} chat)",
+            ),
+        ),
+    ]
+    if private_ok and inp.core_memory.strip():
+        tail.append(("core_memory", _section("Core Memory", inp.core_memory)))
+    if inp.summary and inp.summary.strip():
+        tail.append(("summary", _section("Earlier in This Conversation", inp.summary)))
+    if inp.skills:
+        lines = [f"- {name}: {' '.join(desc.split())}" for name, desc in inp.skills]
+        lines.append("Load a skill's full instructions with `skill_load` before using it.")
+        tail.append(("skills", _section("Available Skills", "\n".join(lines))))
+
+    # ---- the window, as units
+    segment, before_break = _segment(inp.window)
+    converted = [m for m in map(row_to_message, segment) if m is not None]
+    units, orphans = _units(converted)
+
+    # ---- one batch count for everything
+    file_texts = [_section(heading, body) for _, heading, body in files]
+    tail_texts = [text for _, text in tail]
+    schema_texts = [_schema_json(s) for s in inp.tools]
+    flat = [m for unit in units for m in unit]
+    counts = count([*file_texts, *tail_texts, *schema_texts, *(_message_text(m) for m in flat)])
+    pos = 0
+    file_tokens = counts[pos : pos + len(file_texts)]
+    pos += len(file_texts)
+    tail_tokens = counts[pos : pos + len(tail_texts)]
+    pos += len(tail_texts)
+    tools_tokens = sum(counts[pos : pos + len(schema_texts)])
+    pos += len(schema_texts)
+    msg_tokens = [t + PER_MESSAGE_OVERHEAD for t in counts[pos:]]
+    unit_tokens: list[int] = []
+    start = 0
+    for unit in units:
+        unit_tokens.append(sum(msg_tokens[start : start + len(unit)]))
+        start += len(unit)
+
+    fixed = sum(file_tokens) + sum(tail_tokens) + tools_tokens + PER_MESSAGE_OVERHEAD
+    last_tokens = unit_tokens[-1] if units else 0
+
+    # ---- truncate the workspace files if even the fixed parts do not fit
+    truncated: list[str] = list(cut_on_read)
+    excess = fixed + last_tokens - usable
+    if excess > 0 and files:
+        target = max(0, sum(file_tokens) - excess)
+        level = _water_level(file_tokens, target)
+        for i, (name, heading, body) in enumerate(files):
+            if file_tokens[i] <= level:
+                continue
+            note = TRUNCATED_NOTE.format(name=name)
+            overhead = count([_section(heading, note)])[0] + 1
+            kept = _fit_text(body, level - overhead, count)
+            new_body = f"{kept}\n{note}" if kept else note
+            file_texts[i] = _section(heading, new_body)
+            file_tokens[i] = count([file_texts[i]])[0]
+            if name not in truncated:
+                truncated.append(name)
+        fixed = sum(file_tokens) + sum(tail_tokens) + tools_tokens + PER_MESSAGE_OVERHEAD
+
+    # ---- the window gets what remains: newest units first, up to the cap
+    remaining = usable - fixed
+    chosen: list[list[Message]] = []
+    kept_messages = 0
+    window_tokens = 0
+    for n in range(len(units) - 1, -1, -1):
+        unit, cost = units[n], unit_tokens[n]
+        is_last = n == len(units) - 1
+        if not is_last and (
+            kept_messages + len(unit) > inp.window_cap or window_tokens + cost > remaining
+        ):
+            break
+        chosen.append(unit)
+        kept_messages += len(unit)
+        window_tokens += cost
+    chosen.reverse()
+    window_msgs = [m for unit in chosen for m in unit]
+
+    # ---- the result
+    system_text = "\n".join([*file_texts, *tail_texts]).rstrip() + "\n"
+    messages = [Message.system(system_text), *window_msgs]
+    tokens: dict[str, int] = {name: t for (name, _, _), t in zip(files, file_tokens, strict=True)}
+    tokens.update({key: t for (key, _), t in zip(tail, tail_tokens, strict=True)})
+    if inp.tools:
+        tokens["tools"] = tools_tokens
+    tokens["window"] = window_tokens
+    total = fixed + window_tokens
+    report = ContextReport(
+        context_budget=inp.context_budget,
+        margin=margin,
+        reserve=reserve,
+        usable=usable,
+        tokens=tokens,
+        total=total,
+        window_kept=len(window_msgs),
+        window_dropped=len(flat) - len(window_msgs),
+        orphans_dropped=orphans,
+        before_break=before_break,
+        truncated=tuple(truncated),
+        reserve_clamped=clamped,
+        over_budget=total > usable,
+        private_memory_included=private_ok,
+    )
+    if truncated:
+        log.warning("workspace files truncated to fit the context budget: %s", ", ".join(truncated))
+    if report.over_budget:
+        log.warning("context over budget: %d tokens for %d usable", total, usable)
+    return AssembledContext(messages=messages, tools=list(inp.tools), report=report)

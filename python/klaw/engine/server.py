@@ -1,0 +1,486 @@
+"""The engine's Unix socket server (design §2.3, §2.4).
+
+One listening socket, mode 600. A connection that sends `register` becomes *the*
+gateway connection (a newer registration replaces it and the old one is closed);
+any connection may send CLI requests (`status`, `sessions`, `memory_search`) and
+gets one response per request, with the request's id. `inbound` and `command` from
+the gateway go to an `InboundHandler` as tasks; the handler answers through `reply`,
+which writes to whichever gateway connection is current. Bad lines get an `error`
+reply; neither the connection nor the engine goes down for them.
+
+`EngineServer.close` is the socket half of the graceful shutdown: stop accepting,
+send `shutdown` to the gateway, await in-flight handler tasks up to the timeout
+(cancelling and logging the rest), close every connection, remove the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
+
+from klaw import __version__
+from klaw.engine.protocol import (
+    Command,
+    Error,
+    ErrorCode,
+    GatewayInfo,
+    Inbound,
+    LineReader,
+    LineTooLong,
+    MemorySearch,
+    MemorySearchResult,
+    Message,
+    Outbound,
+    ProtocolError,
+    Register,
+    Registered,
+    Request,
+    SearchHit,
+    SessionInfo,
+    Sessions,
+    SessionsResult,
+    Shutdown,
+    Status,
+    StatusResult,
+    decode,
+    encode,
+    error_for,
+)
+from klaw.errors import InvalidInput, KlawError
+from klaw.paths import KlawPaths
+
+if TYPE_CHECKING:
+    from klaw.memory.api import Memory
+
+log = logging.getLogger("klaw.engine")
+
+#: What a handler calls to answer: an `outbound` for the user, or an `error`.
+Reply = Callable[[Outbound | Error], Awaitable[None]]
+
+
+class InboundHandler(Protocol):
+    """The message pipeline's entry point (debounce, LLM, tools come later)."""
+
+    async def handle(self, msg: Inbound | Command, reply: Reply) -> None: ...
+
+
+class NotImplementedHandler:
+    """The default until the pipeline exists: stores nothing, and says so to the gateway."""
+
+    async def handle(self, msg: Inbound | Command, reply: Reply) -> None:
+        log.warning(
+            "no message pipeline yet: %s %s from %s not processed", msg.type, msg.id, msg.chat_id
+        )
+        await reply(
+            Error(
+                code=ErrorCode.NOT_IMPLEMENTED,
+                message="the engine has no message pipeline yet: "
+                "the message was neither processed nor stored",
+                ref=msg.id,
+            )
+        )
+
+
+class EngineSocketError(KlawError):
+    """The engine socket could not be set up (path taken by a non-socket, bind failed)."""
+
+
+class GatewayNotConnected(KlawError):
+    """`reply` was called while no gateway is connected: the message was not delivered."""
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.lines = LineReader(reader)
+        self.gateway: GatewayInfo | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._write_lock = asyncio.Lock()
+
+    async def send(self, msg: Message) -> bool:
+        """Writes one message; False when the peer is gone."""
+        try:
+            line = encode(msg)
+        except LineTooLong as exc:
+            log.error("not sending %s: %s", msg.type, exc)
+            line = encode(error_for(exc))
+        async with self._write_lock:
+            if self.writer.is_closing():
+                return False
+            try:
+                self.writer.write(line)
+                await self.writer.drain()
+            except (ConnectionError, OSError):
+                return False
+        return True
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class EngineServer:
+    def __init__(
+        self,
+        paths: KlawPaths,
+        *,
+        memory: Memory | None = None,
+        handler: InboundHandler | None = None,
+        shutdown_timeout: float = 60.0,
+    ) -> None:
+        self.paths = paths
+        self.memory = memory
+        self.handler: InboundHandler = handler or NotImplementedHandler()
+        self.shutdown_timeout = shutdown_timeout
+        self.pid = os.getpid()
+        self.started_at = datetime.now(UTC)
+        self._t0 = time.monotonic()
+        self._server: asyncio.Server | None = None
+        self._socket_ino: int | None = None
+        self._conns: set[_Connection] = set()
+        self._gateway: _Connection | None = None
+        self._inflight: dict[asyncio.Task[None], Inbound | Command] = {}
+        self._closing = False
+
+    # --- state -----------------------------------------------------------
+
+    @property
+    def gateway(self) -> GatewayInfo | None:
+        return self._gateway.gateway if self._gateway else None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    # --- starting --------------------------------------------------------
+
+    async def start(self) -> None:
+        """Binds the socket (mode 600), replacing a stale one. The caller holds the lock."""
+        path = self.paths.socket
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISSOCK(st.st_mode):
+                raise EngineSocketError(
+                    f"{path} exists and is not a socket; move it away and start the engine again"
+                )
+            # We hold the engine lock, so no live engine owns it: a crash left it behind.
+            log.warning(
+                "removing stale socket %s left by an engine that did not stop cleanly", path
+            )
+            path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            # The umask makes the socket 600 from birth; chmod again in case it is ignored.
+            old = os.umask(0o177)
+            try:
+                sock.bind(str(path))
+            finally:
+                os.umask(old)
+            os.chmod(path, 0o600)
+            self._socket_ino = path.lstat().st_ino
+            sock.listen(16)
+            sock.setblocking(False)
+            self._server = await asyncio.start_unix_server(self._on_connect, sock=sock)
+        except OSError as exc:
+            sock.close()
+            self._unlink_socket()
+            raise EngineSocketError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+        log.info("listening on %s", path)
+
+    # --- connections -----------------------------------------------------
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Connection(reader, writer)
+        if self._closing:
+            await self._finish(conn)
+            return
+        conn.task = asyncio.current_task()
+        self._conns.add(conn)
+        try:
+            await self._serve(conn)
+        except Exception:
+            log.exception("connection failed")
+        finally:
+            self._conns.discard(conn)
+            if self._gateway is conn:
+                self._gateway = None
+                log.info("gateway disconnected")
+            await self._finish(conn)
+
+    @staticmethod
+    async def _finish(conn: _Connection) -> None:
+        conn.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await conn.writer.wait_closed()
+
+    async def _serve(self, conn: _Connection) -> None:
+        while True:
+            try:
+                line = await conn.lines.readline()
+            except ProtocolError as exc:
+                log.warning("bad line: %s", exc)
+                await conn.send(error_for(exc))
+                continue
+            except (ConnectionError, OSError):
+                return
+            if line is None:
+                return
+            if not line.strip():
+                continue
+            try:
+                msg = decode(line)
+            except ProtocolError as exc:
+                log.warning("bad message: %s", exc)
+                await conn.send(error_for(exc))
+                continue
+            await self._dispatch(conn, msg)
+
+    async def _dispatch(self, conn: _Connection, msg: Message) -> None:
+        if isinstance(msg, Register):
+            await self._register(conn, msg)
+        elif isinstance(msg, Inbound | Command):
+            if conn is not self._gateway:
+                await conn.send(
+                    Error(
+                        code=ErrorCode.NOT_REGISTERED,
+                        message=f"send register before {msg.type} messages",
+                        ref=msg.id,
+                    )
+                )
+            elif self._closing:
+                await conn.send(
+                    Error(
+                        code=ErrorCode.SHUTTING_DOWN,
+                        message="the engine is shutting down: buffer and resend after restart",
+                        ref=msg.id,
+                    )
+                )
+            else:
+                self._spawn(msg)
+        elif isinstance(msg, Status | Sessions | MemorySearch):
+            await conn.send(await self._answer(msg))
+        elif isinstance(msg, Error):
+            log.warning("peer reported %s (ref %s): %s", msg.code, msg.ref, msg.message)
+        else:
+            await conn.send(
+                Error(
+                    code=ErrorCode.UNEXPECTED,
+                    message=f"the engine does not accept {msg.type} messages",
+                    ref=getattr(msg, "id", None),
+                )
+            )
+
+    async def _register(self, conn: _Connection, msg: Register) -> None:
+        if msg.client != "gateway":
+            await conn.send(
+                Error(
+                    code=ErrorCode.BAD_REQUEST,
+                    message=f"unknown client {msg.client!r}: only the gateway registers",
+                )
+            )
+            return
+        if self._closing:
+            await conn.send(Shutdown())
+            return
+        old = self._gateway
+        if old is not None and old is not conn:
+            log.info("a new gateway registered: closing the previous connection")
+            await old.send(
+                Error(code=ErrorCode.REPLACED, message="another gateway connection registered")
+            )
+            old.close()
+        conn.gateway = GatewayInfo(
+            client=msg.client, channels=list(msg.channels), connected_at=datetime.now(UTC)
+        )
+        self._gateway = conn
+        log.info("gateway registered (channels: %s)", ", ".join(msg.channels) or "none")
+        await conn.send(Registered(version=__version__, pid=self.pid))
+
+    # --- inbound ---------------------------------------------------------
+
+    def _spawn(self, msg: Inbound | Command) -> None:
+        log.info("%s %s from %s (%d chars)", msg.type, msg.id, msg.chat_id, _length(msg))
+        task = asyncio.create_task(self._handle(msg), name=f"klaw-{msg.type}-{msg.id}")
+        self._inflight[task] = msg
+        task.add_done_callback(self._inflight.pop)
+
+    async def _handle(self, msg: Inbound | Command) -> None:
+        try:
+            await self.handler.handle(msg, self.reply)
+        except GatewayNotConnected as exc:
+            log.error("reply to %s lost: %s", msg.id, exc)
+        except Exception as exc:
+            log.exception("handler failed on %s %s", msg.type, msg.id)
+            with contextlib.suppress(GatewayNotConnected):
+                await self.reply(
+                    Error(
+                        code=ErrorCode.INTERNAL,
+                        message=f"the engine failed on this message: {type(exc).__name__}",
+                        ref=msg.id,
+                    )
+                )
+
+    async def reply(self, msg: Outbound | Error) -> None:
+        """Sends to the current gateway; `GatewayNotConnected` when there is none."""
+        gw = self._gateway
+        if gw is None or not await gw.send(msg):
+            about = f"for {msg.chat_id}" if isinstance(msg, Outbound) else f"about {msg.ref}"
+            raise GatewayNotConnected(f"no gateway connected: {msg.type} {about} was not delivered")
+
+    # --- CLI requests ----------------------------------------------------
+
+    async def _answer(self, req: Request) -> Message:
+        try:
+            if isinstance(req, Status):
+                return await self._status(req)
+            if isinstance(req, Sessions):
+                return await asyncio.to_thread(self._sessions, req)
+            return await self._memory_search(req)
+        except InvalidInput as exc:
+            return Error(code=ErrorCode.BAD_REQUEST, message=str(exc), ref=req.id)
+        except KlawError as exc:
+            log.error("%s request failed: %s", req.type, exc)
+            return Error(code=ErrorCode.INTERNAL, message=str(exc), ref=req.id)
+        except Exception as exc:
+            log.exception("%s request failed", req.type)
+            return Error(
+                code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}", ref=req.id
+            )
+
+    async def _status(self, req: Status) -> StatusResult:
+        counts = await asyncio.to_thread(self.memory.stats) if self.memory else {}
+        return StatusResult(
+            id=req.id,
+            pid=self.pid,
+            version=__version__,
+            started_at=self.started_at,
+            uptime_s=round(time.monotonic() - self._t0, 3),
+            gateway=self.gateway,
+            in_flight=self.in_flight,
+            memory=self.memory is not None,
+            counts=counts,
+        )
+
+    def _sessions(self, req: Sessions) -> SessionsResult:
+        """Chats found as `conversations/{chat_id}/`, with the store's session row if any.
+
+        The store can only look a session up by chat id (`Store.get_session`); it has
+        no call that lists them. So chats are discovered from the conversation logs (the
+        files are the truth), and `total` (the store's session count) against the rows
+        found shows how many sessions were not listed.
+        """
+        root = self.paths.conversations
+        chats = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        store = self.memory.store if self.memory else None
+        sessions: list[SessionInfo] = []
+        found = 0
+        for chat in chats:
+            row = store.get_session(chat) if store else None
+            if row is None:
+                sessions.append(SessionInfo(chat_id=chat))
+                continue
+            found += 1
+            model, segment_start, created_at = row
+            sessions.append(
+                SessionInfo(
+                    chat_id=chat, model=model, segment_start=segment_start, created_at=created_at
+                )
+            )
+        total = dict(store.stats()).get("sessions", 0) if store else 0
+        return SessionsResult(
+            id=req.id, sessions=sessions, total=total, unlisted=max(0, total - found)
+        )
+
+    async def _memory_search(self, req: MemorySearch) -> Message:
+        if self.memory is None:
+            return Error(
+                code=ErrorCode.UNAVAILABLE,
+                message="this engine runs without memory",
+                ref=req.id,
+            )
+        hits = await self.memory.asearch(req.query, req.top_k)
+        return MemorySearchResult(
+            id=req.id,
+            hits=[
+                SearchHit(
+                    citation=h.citation,
+                    content=h.content,
+                    score=h.score,
+                    source=h.source,
+                    created_at=h.created_at,
+                    heading=h.heading,
+                )
+                for h in hits
+            ],
+        )
+
+    # --- shutdown --------------------------------------------------------
+
+    async def close(self) -> None:
+        """Graceful shutdown of the socket side; safe to call more than once."""
+        if self._closing and self._server is None:
+            return
+        self._closing = True
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()  # stop accepting
+        if self._gateway is not None:
+            await self._gateway.send(Shutdown())
+        await self._drain_handlers()
+        while self._conns:
+            conns = list(self._conns)
+            for conn in conns:
+                conn.close()
+            tasks = [c.task for c in conns if c.task is not None]
+            if tasks:
+                _, pending = await asyncio.wait(tasks, timeout=self.shutdown_timeout)
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            self._conns.difference_update(conns)
+        if server is not None:
+            await server.wait_closed()
+        self._unlink_socket()
+        log.info("socket closed")
+
+    async def _drain_handlers(self) -> None:
+        if not self._inflight:
+            return
+        log.info("waiting up to %.0f s for %d message(s)", self.shutdown_timeout, self.in_flight)
+        tasks = list(self._inflight)
+        _, pending = await asyncio.wait(tasks, timeout=self.shutdown_timeout)
+        for task in pending:
+            msg = self._inflight.get(task)
+            if msg is not None:
+                log.warning(
+                    "cancelling %s %s from %s: not done after %.0f s",
+                    msg.type,
+                    msg.id,
+                    msg.chat_id,
+                    self.shutdown_timeout,
+                )
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _unlink_socket(self) -> None:
+        path = self.paths.socket
+        try:
+            if self._socket_ino is not None and path.lstat().st_ino == self._socket_ino:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _length(msg: Inbound | Command) -> int:
+    return len(msg.content) if isinstance(msg, Inbound) else len(msg.args)
