@@ -1,0 +1,100 @@
+"""Built-in tools the engine offers the model (design §6.4).
+
+    from klaw.tools import builtin_registry
+    registry = builtin_registry(paths, config, memory)
+    request.tools = registry.schemas()
+    result = await registry.dispatch("file_read", {"path": "MEMORY.md"})  # never raises
+
+Not here yet (they need the running engine): docs_*, send_message, schedule_*,
+subagent_spawn, code_execute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from klaw.tools.base import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError, ToolRegistry, ToolResult
+
+if TYPE_CHECKING:
+    from klaw.config import EngineConfig
+    from klaw.memory.api import Memory
+    from klaw.memory.core import CoreMemory
+    from klaw.paths import KlawPaths
+
+__all__ = [
+    "DEFAULT_MAX_RESULT_CHARS",
+    "Tool",
+    "ToolError",
+    "ToolRegistry",
+    "ToolResult",
+    "builtin_registry",
+    "builtin_tools",
+]
+
+
+def builtin_tools(
+    paths: KlawPaths,
+    config: EngineConfig,
+    memory: Memory,
+    *,
+    core: CoreMemory | None = None,
+    chat_id: str | None = None,
+    now: Callable[[], datetime] | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+) -> list[Tool]:
+    """Memory, file, skill and time tools bound to one workspace and memory."""
+    from klaw.memory.core import CoreMemory
+    from klaw.tools.clock import CurrentTime
+    from klaw.tools.files import FileList, FileRead, FileWrite, Workspace
+    from klaw.tools.memory_tools import (
+        MemoryCoreDelete,
+        MemoryCoreGet,
+        MemoryCoreUpdate,
+        MemorySave,
+        MemorySearch,
+    )
+    from klaw.tools.skills import SkillCatalog, SkillList, SkillLoad
+
+    core = core or CoreMemory(paths.core_memory)
+    workspace = Workspace(
+        paths.workspace, config.files.max_file_size_bytes, max(100, max_result_chars - 300)
+    )
+    catalog = SkillCatalog(paths.workspace / "skills", paths.skills)
+    return [
+        MemorySearch(memory),
+        MemorySave(memory, chat_id),
+        MemoryCoreGet(core),
+        MemoryCoreUpdate(core),
+        MemoryCoreDelete(core),
+        FileRead(workspace),
+        FileWrite(workspace),
+        FileList(workspace),
+        SkillList(catalog),
+        SkillLoad(catalog),
+        CurrentTime(now),
+    ]
+
+
+def builtin_registry(
+    paths: KlawPaths,
+    config: EngineConfig,
+    memory: Memory,
+    *,
+    core: CoreMemory | None = None,
+    chat_id: str | None = None,
+    now: Callable[[], datetime] | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+) -> ToolRegistry:
+    """A registry holding `builtin_tools`."""
+    tools = builtin_tools(
+        paths,
+        config,
+        memory,
+        core=core,
+        chat_id=chat_id,
+        now=now,
+        max_result_chars=max_result_chars,
+    )
+    return ToolRegistry(tools, max_result_chars=max_result_chars)

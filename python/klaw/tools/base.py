@@ -1,0 +1,147 @@
+"""The tool framework: `Tool`, `ToolResult`, `ToolRegistry`.
+
+The registry is the one place that turns whatever a model asks for into a string it
+can read back: unknown names, bad arguments and failing tools all become error
+results (`is_error=True`) instead of exceptions, so one bad call never ends a turn
+and no traceback or host path reaches the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from klaw.errors import KlawError
+from klaw.llm.types import ToolCall, ToolSchema
+from klaw.tools.schema import validate
+
+__all__ = ["DEFAULT_MAX_RESULT_CHARS", "Tool", "ToolError", "ToolRegistry", "ToolResult"]
+
+log = logging.getLogger("klaw.tools")
+
+#: ~4k tokens: enough for a page of a file or ten search hits, small enough for a Pi budget.
+DEFAULT_MAX_RESULT_CHARS = 16_000
+
+
+class ToolError(KlawError):
+    """An expected failure whose message is written for the model (what went wrong, what to do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    content: str
+    is_error: bool = False
+
+
+class Tool(ABC):
+    """A built-in tool. Subclasses set the class attributes and implement `run`.
+
+    `run` receives arguments already validated against `parameters` and returns the
+    text given back to the model; it raises `ToolError` for failures the model
+    should read about.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
+
+    @abstractmethod
+    async def run(self, args: dict[str, Any]) -> str: ...
+
+    def schema(self) -> ToolSchema:
+        return ToolSchema(self.name, self.description, self.parameters)
+
+
+def _truncate(text: str, cap: int) -> str:
+    if len(text) <= cap:
+        return text
+    note = f"\n[truncated: showing {cap} of {len(text)} characters]"
+    return text[: max(0, cap - len(note))] + note
+
+
+class ToolRegistry:
+    """Named tools offered to the model, and the safe way to call them."""
+
+    def __init__(
+        self, tools: Iterable[Tool] = (), *, max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    ) -> None:
+        if max_result_chars < 200:
+            raise ValueError("max_result_chars must be at least 200")
+        self.max_result_chars = max_result_chars
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def schemas(self) -> list[ToolSchema]:
+        return [tool.schema() for tool in self._tools.values()]
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        """Runs a model's tool call; a call whose arguments were not JSON is an error result."""
+        if call.malformed:
+            raw = (call.raw_arguments or "")[:200]
+            return ToolResult(
+                f"The arguments for {call.name!r} were not a JSON object ({call.error}): {raw}",
+                is_error=True,
+            )
+        return await self.dispatch(call.name, call.arguments)
+
+    async def dispatch(self, name: str, args: Any) -> ToolResult:
+        """Validates and runs one tool; never raises (except for cancellation)."""
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "(none)"
+            return ToolResult(f"Unknown tool {name!r}. Available tools: {known}", is_error=True)
+        if args is None:
+            args = {}
+        if isinstance(args, dict):
+            # Weaker models send `"top_k": null` for an optional argument they skip.
+            required = set(tool.parameters.get("required", []))
+            args = {k: v for k, v in args.items() if v is not None or k in required}
+        problems = validate(args, tool.parameters)
+        if problems:
+            return ToolResult(
+                f"Invalid arguments for {name}: " + "; ".join(problems[:10]), is_error=True
+            )
+        try:
+            content = await tool.run(dict(args))
+        except ToolError as exc:
+            return ToolResult(_truncate(str(exc), self.max_result_chars), is_error=True)
+        except KlawError as exc:  # raised on purpose by klaw code: the message is meant to be read
+            log.info("tool %s failed: %s", name, type(exc).__name__)
+            return ToolResult(_truncate(f"{name} failed: {exc}", 1000), is_error=True)
+        except Exception as exc:
+            # Unexpected: the traceback goes to the log, only the kind of failure to the model.
+            log.exception("tool %s crashed", name)
+            return ToolResult(
+                f"{name} failed with an internal error ({type(exc).__name__}); "
+                "the details are in the engine log",
+                is_error=True,
+            )
+        if not isinstance(content, str):
+            content = json.dumps(content, ensure_ascii=False, default=str)
+        return ToolResult(_truncate(content, self.max_result_chars))

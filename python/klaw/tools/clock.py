@@ -1,0 +1,51 @@
+"""`current_time`: the model has no clock; it asks this one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from klaw.tools.base import Tool, ToolError
+
+__all__ = ["CurrentTime"]
+
+
+class CurrentTime(Tool):
+    name = "current_time"
+    description = (
+        "The current date, time, weekday and timezone. Optional `timezone` is an IANA name "
+        "such as Europe/Prague; the default is the host's local zone."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"timezone": {"type": "string", "minLength": 1, "maxLength": 64}},
+        "additionalProperties": False,
+    }
+
+    def __init__(self, now: Callable[[], datetime] | None = None) -> None:
+        # Injectable so tests (and replays) can pin the clock; must return an aware datetime.
+        self._now = now or (lambda: datetime.now(UTC))
+
+    async def run(self, args: dict[str, Any]) -> str:
+        now = self._now()
+        name = args.get("timezone")
+        if name is None:
+            local = now.astimezone()
+            zone = local.tzname() or "local"
+        else:
+            try:
+                tz = ZoneInfo(name.strip())
+            except (ZoneInfoNotFoundError, ValueError, OSError):
+                raise ToolError(
+                    f"Unknown timezone {name!r}: use an IANA name such as Europe/Prague, "
+                    "America/New_York or UTC"
+                ) from None
+            local = now.astimezone(tz)
+            zone = tz.key
+        return (
+            f"{local.strftime('%A, %Y-%m-%d %H:%M:%S')} {zone} "
+            f"(UTC{local.strftime('%z')[:3]}:{local.strftime('%z')[3:]}; "
+            f"ISO {local.isoformat(timespec='seconds')})"
+        )

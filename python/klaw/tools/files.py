@@ -1,0 +1,474 @@
+"""File tools confined to the workspace: `file_read`, `file_write`, `file_list`.
+
+Every path is relative to the workspace. A path is refused when it is absolute,
+starts with `~`, is empty (except for `file_list`), holds a NUL byte, has a name
+over 255 bytes or is over 4096 bytes, or climbs out with `..` (anywhere in it:
+`notes/../../etc` is refused, `notes/../todo.md` is fine).
+
+Symlinks inside the workspace that point inside it are followed; anything that
+resolves outside is refused. The check is race-free rather than check-then-open:
+the path is resolved with `realpath` and checked, then opened one component at a
+time from a descriptor of the workspace root with `O_NOFOLLOW` (so a directory or
+file swapped for a symlink after the check fails to open), and the opened file's
+real path is verified through `/proc/self/fd` once more. Only regular files are
+read or written: devices, FIFOs (opened non-blocking, so they cannot hang the
+engine) and sockets are refused.
+
+`files.maxFileSizeBytes` is enforced both ways, by refusal: a larger file is not
+read (the model is told its size), a write or append that would make a file larger
+is refused. A read is returned as text; bytes that are not UTF-8 are replaced with
+U+FFFD and a note says so, and a file with NUL bytes is refused as binary. Long
+files come back a page at a time (`offset`/`limit` in lines) with a note saying how
+to continue. Writes are atomic (temp file in the same directory, fsync, rename) and
+create missing parent directories, inside the workspace only; nothing is written
+under a `.git` directory (hooks there would run on the owner's next git command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Any, ClassVar
+
+from klaw.tools.base import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError
+
+__all__ = ["FileList", "FileRead", "FileWrite", "PathRefused", "Workspace"]
+
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+MAX_LIST_ENTRIES = 500
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class PathRefused(ToolError):
+    """The path is outside the workspace or otherwise not allowed."""
+
+
+def _is_symlink(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+class Workspace:
+    """The workspace directory as the file tools see it; see the module docstring."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        max_file_size: int,
+        max_output_chars: int = DEFAULT_MAX_RESULT_CHARS - 300,
+    ) -> None:
+        self.root = Path(root)
+        self.max_file_size = max_file_size
+        self.max_output_chars = max_output_chars
+
+    # ------------------------------------------------------------- paths
+
+    @staticmethod
+    def clean(path: str, *, allow_root: bool = False) -> str:
+        """The path normalised to `a/b/c` ('' for the root), or `PathRefused`."""
+        if "\x00" in path:
+            raise PathRefused("Refused: the path contains a NUL byte")
+        if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+            raise PathRefused(f"Refused: the path is longer than {MAX_PATH_BYTES} bytes")
+        if not path.strip():
+            if allow_root:
+                return ""
+            raise PathRefused("Refused: the path is empty; give a path relative to the workspace")
+        if path.startswith("/"):
+            raise PathRefused(
+                f"Refused {path!r}: absolute paths are not allowed; "
+                "give a path relative to the workspace"
+            )
+        if path.startswith("~"):
+            raise PathRefused(
+                f"Refused {path!r}: '~' is not expanded; give a path relative to the workspace"
+            )
+        parts: list[str] = []
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not parts:
+                    raise PathRefused(f"Refused {path!r}: '..' leads outside the workspace")
+                parts.pop()
+                continue
+            if len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+                raise PathRefused(f"Refused: a name in the path is over {MAX_NAME_BYTES} bytes")
+            parts.append(part)
+        if not parts and not allow_root:
+            raise PathRefused(f"Refused {path!r}: that is the workspace directory itself")
+        return "/".join(parts)
+
+    def _root_real(self) -> str:
+        real = os.path.realpath(self.root)
+        if not os.path.isdir(real):
+            raise ToolError("The workspace directory does not exist")
+        return real
+
+    def _resolve(self, rel: str) -> tuple[str, list[str]]:
+        """(real root, components of the real path below it); refuses escapes via symlinks."""
+        root = self._root_real()
+        if not rel:
+            return root, []
+        real = os.path.realpath(os.path.join(root, rel))
+        if real == root:
+            return root, []
+        if not real.startswith(root.rstrip("/") + "/"):
+            raise PathRefused(f"Refused {rel!r}: it leads outside the workspace through a symlink")
+        return root, os.path.relpath(real, root).split("/")
+
+    @staticmethod
+    def _check_fd_inside(fd: int, root: str, shown: str) -> None:
+        """Belt and braces: where did the descriptor really end up?"""
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return  # no /proc: the O_NOFOLLOW walk already guarantees it
+        if real != root and not real.startswith(root.rstrip("/") + "/"):
+            raise PathRefused(f"Refused {shown!r}: it leads outside the workspace")
+
+    def _walk(self, root: str, parts: list[str], shown: str, *, create: bool = False) -> int:
+        """A descriptor of the directory `root/parts`, opened without following symlinks."""
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for i, name in enumerate(parts):
+                where = "/".join(parts[: i + 1])
+                try:
+                    nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise ToolError(f"{shown!r} not found: {where!r} does not exist") from None
+                    try:
+                        os.mkdir(name, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno == errno.ENOTDIR and _is_symlink(name, fd):
+                        exc = OSError(errno.ELOOP, "symlink")  # O_DIRECTORY spoke first
+                    raise self._os_error(exc, shown, where) from None
+                os.close(fd)
+                fd = nfd
+            self._check_fd_inside(fd, root, shown)
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @staticmethod
+    def _os_error(exc: OSError, shown: str, where: str) -> ToolError:
+        """An OSError as a message naming workspace paths only (never the host path)."""
+        if exc.errno == errno.ELOOP:
+            return PathRefused(f"Refused {shown!r}: {where!r} is a symlink that changed under us")
+        if exc.errno == errno.ENOTDIR:
+            return ToolError(f"Cannot use {shown!r}: {where!r} is not a directory")
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return ToolError(f"Permission denied for {shown!r}")
+        if exc.errno == errno.ENXIO:
+            return PathRefused(f"Refused {shown!r}: not a regular file")
+        if exc.errno == errno.ENAMETOOLONG:
+            return PathRefused(f"Refused {shown!r}: the name is too long")
+        if exc.errno == errno.ENOSPC:
+            return ToolError("The disk is full")
+        return ToolError(f"Cannot access {shown!r}: {exc.strerror or 'error'}")
+
+    # ------------------------------------------------------------- reading
+
+    def _open_regular(self, root: str, parts: list[str], shown: str) -> tuple[int, int]:
+        """(descriptor, size) of the regular file at `parts`, or a ToolError."""
+        dfd = self._walk(root, parts[:-1], shown)
+        try:
+            try:
+                fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dfd)
+            except FileNotFoundError:
+                raise ToolError(f"{shown!r} not found") from None
+            except OSError as exc:
+                raise self._os_error(exc, shown, "/".join(parts)) from None
+        finally:
+            os.close(dfd)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise ToolError(f"{shown!r} is a directory; use file_list")
+            if not stat.S_ISREG(st.st_mode):
+                raise PathRefused(f"Refused {shown!r}: not a regular file (device, FIFO or socket)")
+            self._check_fd_inside(fd, root, shown)
+            return fd, st.st_size
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _read_bytes(self, fd: int, size: int, shown: str) -> bytes:
+        if size > self.max_file_size:
+            raise ToolError(
+                f"{shown!r} is {size} bytes; files over {self.max_file_size} bytes "
+                "(files.maxFileSizeBytes) are not read"
+            )
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 65536):
+            total += len(chunk)
+            if total > self.max_file_size:  # it grew while we read
+                raise ToolError(
+                    f"{shown!r} is over {self.max_file_size} bytes (files.maxFileSizeBytes)"
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def read(self, path: str, offset: int = 1, limit: int | None = None) -> str:
+        """Lines `offset`.. (1-based) of a text file, at most `limit`, paged to fit the output."""
+        rel = self.clean(path)
+        root, parts = self._resolve(rel)
+        if not parts:
+            raise ToolError(f"{path!r} is the workspace directory; use file_list")
+        fd, size = self._open_regular(root, parts, path)
+        try:
+            data = self._read_bytes(fd, size, path)
+        finally:
+            os.close(fd)
+        if b"\x00" in data:
+            raise ToolError(f"{path!r} looks like a binary file (it contains NUL bytes)")
+        notes: list[str] = []
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            text = data.decode("utf-8", errors="replace")
+            notes.append(
+                f"[note: {path!r} is not valid UTF-8 (first bad byte at offset {exc.start}); "
+                "undecodable bytes are shown as U+FFFD]"
+            )
+        del data
+        lines = text.splitlines(keepends=True)
+        total = len(lines)
+        if total == 0:
+            return "\n".join([f"[{path!r} is empty]", *notes])
+        if offset > total:
+            raise ToolError(f"offset {offset} is past the end: {path!r} has {total} lines")
+        budget = self.max_output_chars - 200
+        out: list[str] = []
+        used = 0
+        end = offset - 1
+        stop = total if limit is None else min(total, offset - 1 + limit)
+        while end < stop and used + len(lines[end]) <= budget:
+            out.append(lines[end])
+            used += len(lines[end])
+            end += 1
+        if not out:  # one line longer than the whole budget
+            out.append(lines[end][:budget])
+            notes.append(f"[line {offset} is {len(lines[end])} characters; only the start shown]")
+            end += 1
+        body = "".join(out)
+        if offset > 1 or end < total:
+            more = f"; continue with offset={end + 1}" if end < total else ""
+            notes.append(f"[lines {offset}-{end} of {total}{more}]")
+        if notes:
+            body = body.rstrip("\n") + "\n" + "\n".join(notes)
+        return body
+
+    # ------------------------------------------------------------- writing
+
+    def write(self, path: str, content: str, append: bool = False) -> str:
+        """Writes (or appends) atomically; see the module docstring for the limits."""
+        rel = self.clean(path)
+        if ".git" in rel.split("/"):
+            raise PathRefused(f"Refused {path!r}: writing inside .git is not allowed")
+        data = content.encode("utf-8", errors="replace")  # lone surrogates become "?"
+        if len(data) > self.max_file_size:
+            raise ToolError(
+                f"Refused: the content is {len(data)} bytes; the limit is "
+                f"{self.max_file_size} bytes (files.maxFileSizeBytes)"
+            )
+        root, parts = self._resolve(rel)
+        if not parts:
+            raise ToolError(f"{path!r} is the workspace directory")
+        if ".git" in parts:  # again after symlinks: `g -> .git` must not open a way in
+            raise PathRefused(f"Refused {path!r}: writing inside .git is not allowed")
+        dfd = self._walk(root, parts[:-1], path, create=True)
+        try:
+            return self._write_in(dfd, root, parts, path, data, append)
+        finally:
+            os.close(dfd)
+
+    def _write_in(
+        self, dfd: int, root: str, parts: list[str], shown: str, data: bytes, append: bool
+    ) -> str:
+        name = parts[-1]
+        mode = 0o644
+        existed = False
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            if stat.S_ISLNK(st.st_mode):
+                raise PathRefused(f"Refused {shown!r}: a symlink appeared at the target")
+            if stat.S_ISDIR(st.st_mode):
+                raise ToolError(f"{shown!r} is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise PathRefused(f"Refused {shown!r}: not a regular file (device, FIFO or socket)")
+            mode = stat.S_IMODE(st.st_mode)
+            existed = True
+        if append and existed:
+            fd, size = self._open_regular(root, parts, shown)
+            try:
+                old = self._read_bytes(fd, size, shown)
+            finally:
+                os.close(fd)
+            if len(old) + len(data) > self.max_file_size:
+                raise ToolError(
+                    f"Refused: appending {len(data)} bytes would make {shown!r} "
+                    f"{len(old) + len(data)} bytes; the limit is {self.max_file_size} "
+                    "bytes (files.maxFileSizeBytes)"
+                )
+            data = old + data
+        tmp = f".klaw-{os.urandom(6).hex()}.tmp"
+        try:
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dfd,
+            )
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError as exc:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise self._os_error(exc, shown, shown) from None
+        os.fsync(dfd)
+        verb = "Appended to" if append and existed else "Wrote"
+        return f"{verb} {shown} ({len(data)} bytes)"
+
+    # ------------------------------------------------------------- listing
+
+    def list(self, path: str = "") -> str:
+        """One line per entry: directories end with '/', symlinks with '@', files show a size."""
+        rel = self.clean(path, allow_root=True)
+        root, parts = self._resolve(rel)
+        shown = rel or "."
+        fd = self._walk(root, parts, shown)
+        rows: list[tuple[int, str, str]] = []
+        try:
+            with os.scandir(fd) as it:  # entries stat through `fd`: keep it open meanwhile
+                for e in it:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    rows.append(_row(e.name, st))
+        finally:
+            os.close(fd)
+        rows.sort()
+        header = f"{shown if shown.endswith('/') else shown + '/'} ({len(rows)} entries)"
+        if not rows:
+            return f"{header}: empty"
+        lines = [header + ":", *(r[2] for r in rows[:MAX_LIST_ENTRIES])]
+        if len(rows) > MAX_LIST_ENTRIES:
+            lines.append(f"[{len(rows) - MAX_LIST_ENTRIES} more entries not shown]")
+        return "\n".join(lines)
+
+
+def _row(name: str, st: os.stat_result) -> tuple[int, str, str]:
+    """(sort group, name, line): directories first, then files, symlinks, the rest."""
+    if stat.S_ISLNK(st.st_mode):
+        return (2, name, f"{name}@  (symlink)")
+    if stat.S_ISDIR(st.st_mode):
+        return (0, name, f"{name}/")
+    if stat.S_ISREG(st.st_mode):
+        return (1, name, f"{name}  ({st.st_size} bytes)")
+    return (3, name, f"{name}  (special file)")
+
+
+class FileRead(Tool):
+    name = "file_read"
+    description = (
+        "Read a text file from the workspace. `path` is relative to the workspace. Long "
+        "files come back a page at a time: pass `offset` (first line, 1-based) and `limit` "
+        "(number of lines) to read more."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "file path relative to the workspace"},
+            "offset": {"type": "integer", "minimum": 1, "description": "first line (1-based)"},
+            "limit": {"type": "integer", "minimum": 1, "description": "maximum lines"},
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    async def run(self, args: dict[str, Any]) -> str:
+        limit = args.get("limit")
+        return await asyncio.to_thread(
+            self.workspace.read,
+            args["path"],
+            int(args.get("offset", 1)),
+            None if limit is None else int(limit),
+        )
+
+
+class FileWrite(Tool):
+    name = "file_write"
+    description = (
+        "Write a text file in the workspace (replacing it), or append to it with "
+        "`append: true`. Parent directories are created. `path` is relative to the workspace."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "file path relative to the workspace"},
+            "content": {"type": "string"},
+            "append": {"type": "boolean", "description": "append instead of replacing"},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    async def run(self, args: dict[str, Any]) -> str:
+        return await asyncio.to_thread(
+            self.workspace.write, args["path"], args["content"], bool(args.get("append", False))
+        )
+
+
+class FileList(Tool):
+    name = "file_list"
+    description = (
+        "List a directory of the workspace (default: the workspace root). Directories end "
+        "with '/', symlinks with '@'."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "directory relative to the workspace"},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    async def run(self, args: dict[str, Any]) -> str:
+        return await asyncio.to_thread(self.workspace.list, args.get("path", ""))

@@ -1,0 +1,184 @@
+"""Memory tools: archival search and save, core memory get/update/delete (design §6.4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from klaw.memory.core import SECTIONS, CoreMemoryKeyError
+from klaw.tools.base import Tool, ToolError
+
+if TYPE_CHECKING:
+    from klaw.memory.api import Memory
+    from klaw.memory.core import CoreMemory
+    from klaw.memory.hit import Hit
+
+__all__ = [
+    "MemoryCoreDelete",
+    "MemoryCoreGet",
+    "MemoryCoreUpdate",
+    "MemorySave",
+    "MemorySearch",
+    "format_hits",
+]
+
+MAX_TOP_K = 50
+_SECTION = {"type": "string", "enum": list(SECTIONS)}
+
+
+def _parse_when(value: str, name: str, *, end_of_day: bool = False) -> datetime:
+    """An ISO date or datetime (naive = UTC). A bare `until` date includes that whole day."""
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ToolError(
+            f"{name} must be an ISO date or datetime such as 2026-02-24 or "
+            f"2026-02-24T18:00:00Z, got {value!r}"
+        ) from None
+    if end_of_day and len(value.strip()) == 10:
+        when = datetime.combine(when.date(), time(23, 59, 59))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when
+
+
+def format_hits(hits: list[Hit]) -> str:
+    """Numbered hits, each headed by its citation (`memory/2026-02-24.md#L12-L30`)."""
+    blocks = []
+    for i, h in enumerate(hits, 1):
+        date = h.created_at[:10] if h.created_at else "undated"
+        blocks.append(f"[{i}] {h.citation} ({date}, score {h.score:.3f})\n{h.content.strip()}")
+    return "\n\n".join(blocks)
+
+
+class MemorySearch(Tool):
+    name = "memory_search"
+    description = (
+        "Search archival memory (notes, daily logs, summaries, saved facts) by meaning and "
+        "keywords. Results cite their source; filter by date range or source."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1},
+            "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K},
+            "since": {"type": "string", "description": "ISO date/datetime, inclusive"},
+            "until": {"type": "string", "description": "ISO date/datetime, inclusive"},
+            "source": {"type": "string", "description": "e.g. MEMORY.md or memory_save"},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, memory: Memory) -> None:
+        self.memory = memory
+
+    async def run(self, args: dict[str, Any]) -> str:
+        query = args["query"]
+        if not query.strip():
+            raise ToolError("query must not be empty")
+        filters: dict[str, Any] = {}
+        if "since" in args:
+            filters["since"] = _parse_when(args["since"], "since")
+        if "until" in args:
+            filters["until"] = _parse_when(args["until"], "until", end_of_day=True)
+        if "source" in args:
+            filters["source"] = args["source"]
+        top_k = int(args["top_k"]) if "top_k" in args else None
+        hits = await self.memory.asearch(query, top_k, **filters)
+        if not hits:
+            return f"No memories found for {query!r}."
+        return format_hits(hits)
+
+
+class MemorySave(Tool):
+    name = "memory_save"
+    description = "Save a fact or note to archival memory so it can be found later."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "content": {"type": "string", "minLength": 1},
+            "source": {"type": "string", "minLength": 1, "description": "label for citations"},
+        },
+        "required": ["content"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, memory: Memory, chat_id: str | None = None) -> None:
+        self.memory = memory
+        self.chat_id = chat_id
+
+    async def run(self, args: dict[str, Any]) -> str:
+        content = args["content"]
+        if not content.strip():
+            raise ToolError("content must not be empty")
+        source = args.get("source", "memory_save").strip() or "memory_save"
+        ids = await asyncio.to_thread(self.memory.save, content, source, self.chat_id)
+        return f"Saved to archival memory as source {source!r} ({len(ids)} chunk(s))."
+
+
+class MemoryCoreGet(Tool):
+    name = "memory_core_get"
+    description = "Read core memory (facts about the user and the agent), or one section of it."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"section": _SECTION},
+        "additionalProperties": False,
+    }
+
+    def __init__(self, core: CoreMemory) -> None:
+        self.core = core
+
+    async def run(self, args: dict[str, Any]) -> str:
+        data = await asyncio.to_thread(self.core.get, args.get("section"))
+        return json.dumps(data, ensure_ascii=False, indent=2)
+
+
+class MemoryCoreUpdate(Tool):
+    name = "memory_core_update"
+    description = "Set one key of core memory (section 'user' or 'agent') to a value."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "section": _SECTION,
+            "key": {"type": "string", "minLength": 1},
+            "value": {"type": "string"},
+        },
+        "required": ["section", "key", "value"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, core: CoreMemory) -> None:
+        self.core = core
+
+    async def run(self, args: dict[str, Any]) -> str:
+        section, key = args["section"], args["key"]
+        await asyncio.to_thread(self.core.update, section, key, args["value"])
+        return f"Core memory {section}.{key.strip()} updated."
+
+
+class MemoryCoreDelete(Tool):
+    name = "memory_core_delete"
+    description = "Delete one key from core memory (section 'user' or 'agent')."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"section": _SECTION, "key": {"type": "string", "minLength": 1}},
+        "required": ["section", "key"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, core: CoreMemory) -> None:
+        self.core = core
+
+    async def run(self, args: dict[str, Any]) -> str:
+        section, key = args["section"], args["key"]
+        try:
+            await asyncio.to_thread(self.core.delete, section, key)
+        except CoreMemoryKeyError:
+            known = ", ".join(sorted(self.core.get(section))) or "none"
+            raise ToolError(
+                f"Core memory section {section!r} has no key {key!r} (keys: {known})"
+            ) from None
+        return f"Core memory {section}.{key.strip()} deleted."
