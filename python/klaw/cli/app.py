@@ -75,6 +75,24 @@ def _memory_index(a: argparse.Namespace) -> int:
     return index_workspace()
 
 
+def _engine(a: argparse.Namespace) -> int:
+    from klaw.cli.engine_cmds import engine
+
+    return engine()
+
+
+def _status(a: argparse.Namespace) -> int:
+    from klaw.cli.engine_cmds import status
+
+    return status(json_out=a.json)
+
+
+def _sessions(a: argparse.Namespace) -> int:
+    from klaw.cli.engine_cmds import sessions
+
+    return sessions(json_out=a.json)
+
+
 def _model_install(a: argparse.Namespace) -> int:
     from klaw.cli.setup_cmds import model_install
 
@@ -118,6 +136,18 @@ def build_parser() -> argparse.ArgumentParser:
         _reindex,
     )
     sp.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    cmd(
+        sub,
+        "engine",
+        "Run the engine daemon (owns klaw.db; Unix socket for gateway and CLI).",
+        _engine,
+    )
+    sp = cmd(sub, "status", "Ask the running engine how it is.", _status)
+    sp.add_argument("--json", action="store_true", help="JSON output")
+    sp = cmd(
+        sub, "sessions", "List chat sessions (model, segment start) from the engine.", _sessions
+    )
+    sp.add_argument("--json", action="store_true", help="JSON output")
     sp = cmd(sub, "logs", "Print conversation logs (JSONL) in a readable form.", _logs)
     sp.add_argument("--chat", help="chat id, e.g. telegram_123")
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")

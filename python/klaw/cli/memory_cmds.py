@@ -64,6 +64,13 @@ def search(
 
     if not interactive and not query:
         return _err("give a QUERY, or --interactive")
+    from klaw.cli.engine_cmds import delegated_search, engine_running
+    from klaw.paths import KlawPaths
+
+    paths = KlawPaths.from_env()
+    if query and not interactive and engine_running(paths):
+        # The engine owns klaw.db while it runs: ask it instead of opening the file.
+        return delegated_search(paths, query, top_k, json_out)
     try:
         with _open() as mem:
             if query:
