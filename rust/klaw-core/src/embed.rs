@@ -112,13 +112,15 @@ impl Embedder {
             .and_then(|b| b.with_optimization_level(GraphOptimizationLevel::Level3))
             .and_then(|b| b.with_intra_threads(cfg.threads.max(1)))
             .and_then(|b| b.with_inter_threads(1))
-            // No arena: its growth with batch × length is what made peak RSS explode.
+            // The arena is kept: one text per run bounds its size (≈ one 256-token
+            // run), and without it every run paid for fresh pages (25% slower,
+            // and glibc fragmentation left peak RSS higher, docs/decisions.md).
             .and_then(|b| {
                 b.with_execution_providers([CPUExecutionProvider::default()
-                    .with_arena_allocator(false)
+                    .with_arena_allocator(true)
                     .build()])
             })
-            .and_then(|b| b.with_memory_pattern(false))
+            .and_then(|b| b.with_memory_pattern(true))
             .and_then(|b| b.commit_from_file(model))
             .map_err(model_err)?;
         let token_type = session.inputs.iter().any(|i| i.name == "token_type_ids");
@@ -174,11 +176,6 @@ impl Embedder {
                     .copy_from_slice(&vecs[j * self.dim..(j + 1) * self.dim]);
             }
             start = end;
-        }
-        // ONNX Runtime without its arena frees activations to malloc; give large
-        // ones back (a trim costs ~0.1-0.3 ms, so not after short sentences).
-        if texts.iter().any(|t| t.len() > 512) {
-            crate::store::trim_heap();
         }
         Ok(out)
     }

@@ -23,7 +23,7 @@ CREATE TABLE messages (
     created_at TIMESTAMP NOT NULL
 );
 CREATE INDEX idx_messages_chat ON messages(chat_id, created_at DESC);
-CREATE VIRTUAL TABLE messages_fts USING fts5(content, content=messages, content_rowid=rowid);
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, content=messages, content_rowid=rowid, detail=column, tokenize='unicode61 remove_diacritics 0');
 CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
     INSERT INTO messages_fts(rowid, content) VALUES (new.rowid, new.content);
 END;
