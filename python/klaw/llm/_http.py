@@ -21,6 +21,22 @@ from klaw.llm.errors import (
 MAX_MESSAGE = 300  # provider explanations are shown in logs and to the owner: keep them short
 
 
+def make_client(
+    endpoint: str,
+    headers: dict[str, str],
+    timeout_s: float,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """One HTTP client per provider: base URL with a trailing slash so relative
+    paths (`chat/completions`, `messages`) append to the endpoint's path."""
+    return httpx.AsyncClient(
+        base_url=endpoint.rstrip("/") + "/",
+        headers=headers,
+        timeout=httpx.Timeout(timeout_s),
+        transport=transport,
+    )
+
+
 def redact(text: str, secret: str | None) -> str:
     """`text` with `secret` blanked out (providers sometimes echo the key they rejected)."""
     if secret:

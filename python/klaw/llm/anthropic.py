@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from klaw.llm._http import http_error, parse_json, translate_transport
+from klaw.llm._http import http_error, make_client, parse_json, translate_transport
 from klaw.llm.errors import MalformedResponse
 from klaw.llm.types import (
     DeltaCallback,
@@ -56,12 +56,7 @@ class AnthropicClient:
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        self._http = httpx.AsyncClient(
-            base_url=endpoint.rstrip("/") + "/",
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s),
-            transport=transport,
-        )
+        self._http = make_client(endpoint, headers, timeout_s, transport)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -17,7 +17,13 @@ from typing import Any
 
 import httpx
 
-from klaw.llm._http import http_error, parse_json, redact, translate_transport
+from klaw.llm._http import (
+    http_error,
+    make_client,
+    parse_json,
+    redact,
+    translate_transport,
+)
 from klaw.llm.errors import MalformedResponse, ProviderError
 from klaw.llm.types import (
     DeltaCallback,
@@ -60,12 +66,7 @@ class OpenAICompatClient:
         self._api_key = api_key
         self._timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=endpoint.rstrip("/") + "/",
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s),
-            transport=transport,
-        )
+        self._http = make_client(endpoint, headers, timeout_s, transport)
 
     async def aclose(self) -> None:
         await self._http.aclose()
