@@ -293,7 +293,7 @@ def _check_store(doc: _Doctor, paths: KlawPaths) -> None:
         doc.warn(f"store: check unavailable ({exc})", "reinstall klaw")
         return
     try:
-        problems = check_store(paths.db)
+        problems = check_store(paths.db, engine_lock=paths.engine_lock)
     except Exception as exc:  # a broken store must not crash the doctor
         problems = [f"{type(exc).__name__}: {exc}"]
     if problems:

@@ -5,13 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from klaw import _core
-from klaw.errors import KlawError
+from klaw.errors import KlawError, StoreLocked
+from klaw.lock import EngineLock
 
 
-def check_store(db_path: Path, dim: int = 384) -> list[str]:
-    """Problems with klaw.db, each with its fix; empty when healthy or not created yet."""
+def check_store(db_path: Path, dim: int = 384, engine_lock: Path | None = None) -> list[str]:
+    """Problems with klaw.db, each with its fix; empty when healthy or not created yet.
+
+    While an engine holds `engine_lock` the check is skipped: opening the store may
+    rebuild its derived keyword index, and the engine is the only writer.
+    """
     if not db_path.exists():
         return []
+    if engine_lock is not None:
+        try:
+            EngineLock(engine_lock).acquire("klaw doctor").release()
+        except StoreLocked:
+            return []
     try:
         store = _core.Store(str(db_path), dim=dim)
     except KlawError as exc:
