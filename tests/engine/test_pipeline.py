@@ -1,0 +1,344 @@
+"""The message pipeline over the real Memory and a scripted local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from klaw.config import EngineConfig, load_engine_config
+from klaw.engine.pipeline import INTERACTIVE, SUBAGENT, Pipeline, PrioritySlots
+from klaw.engine.protocol import Error, Inbound, Outbound
+from klaw.llm.errors import USER_MESSAGE
+from klaw.llm.router import Router
+from klaw.memory import Memory
+from klaw.paths import KlawPaths
+
+T = 10.0  # upper bound for any single wait
+
+
+# ---------------------------------------------------------------- a fake LLM
+
+
+class FakeLLM:
+    """Answers POST …/chat/completions with queued (status, json) pairs; records requests."""
+
+    def __init__(self) -> None:
+        self.replies: deque[tuple[int, Any]] = deque()
+        self.requests: list[Any] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    def answer(self, content: str | None, tool_calls: list[dict[str, Any]] | None = None) -> None:
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls is not None:
+            message["tool_calls"] = tool_calls
+        finish = "tool_calls" if tool_calls else "stop"
+        body = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+        }
+        self.replies.append((200, body))
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        self.requests.append(json.loads(await request.text()))
+        if not self.replies:
+            return web.json_response({"error": {"message": "no scripted reply"}}, status=500)
+        status, body = self.replies.popleft()
+        return web.json_response(body, status=status)
+
+
+def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    server = FakeLLM()
+    await server.start()
+    yield server
+    await server.close()
+
+
+def engine_config(tmp_path: Path, url: str, **processing: Any) -> EngineConfig:
+    proc = {"debounceMs": 50, "maxConcurrentLlm": 2, "maxToolCallRounds": 3, **processing}
+    lines = [
+        "providers:",
+        "  fake:",
+        "    type: openai-compatible",
+        f"    endpoint: {url}/v1",
+        "models:",
+        "  fake/m:",
+        "    contextBudget: 16000",
+        "    maxTokens: 512",
+        "routing:",
+        "  default: fake/m",
+        "  fallback: []",
+        "llm:",
+        "  maxRetries: 0",
+        "  initialBackoffMs: 0",
+        "  requestTimeoutMs: 5000",
+        "processing:",
+        *(f"  {k}: {v}" for k, v in proc.items()),
+    ]
+    path = tmp_path / "engine-test.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return load_engine_config(path)
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.sent: list[Outbound | Error] = []
+
+    async def __call__(self, msg: Outbound | Error) -> None:
+        self.sent.append(msg)
+
+
+@pytest.fixture
+async def make_pipeline(
+    tmp_path: Path, klaw_home: KlawPaths, memory: Memory, llm: FakeLLM
+) -> AsyncIterator[Any]:
+    made: list[tuple[Pipeline, Router]] = []
+
+    def make(**processing: Any) -> Pipeline:
+        config = engine_config(tmp_path, llm.url, **processing)
+        router = Router(config)
+        pipeline = Pipeline(config, klaw_home, memory, router)
+        made.append((pipeline, router))
+        return pipeline
+
+    yield make
+    for pipeline, router in made:
+        await asyncio.wait_for(pipeline.aclose(), T)
+        await asyncio.wait_for(router.aclose(), T)
+
+
+def inbound(
+    msg_id: str, content: str, chat: str = "telegram_1", ts: datetime | None = None
+) -> Inbound:
+    """A message sent now (the engine dates its replies by its own clock)."""
+    return Inbound(
+        id=msg_id,
+        channel="telegram",
+        chat_id=chat,
+        ts=ts or datetime.now(UTC),
+        content=content,
+    )
+
+
+def rows(memory: Memory, chat: str = "telegram_1") -> list[tuple[Any, ...]]:
+    return list(memory.store.recent_messages(chat, None, 100))  # oldest first
+
+
+# ---------------------------------------------------------------- tests
+
+
+async def test_one_inbound_is_stored_sent_to_the_llm_and_answered(
+    make_pipeline: Any, memory: Memory, llm: FakeLLM, klaw_home: KlawPaths
+) -> None:
+    (klaw_home.workspace / "SOUL.md").write_text("You are Klaw, terse and kind.")
+    pipeline = make_pipeline()
+    llm.answer("Hi there!")
+    out = Outbox()
+    msg = inbound("msg_001", "Hello bot", ts=datetime.now(UTC) - timedelta(minutes=5))
+    await asyncio.wait_for(pipeline.handle(msg, out), T)
+
+    assert len(llm.requests) == 1
+    request = llm.requests[0]
+    assert request["model"] == "m"
+    assert request["messages"][0]["role"] == "system"
+    assert "You are Klaw, terse and kind." in request["messages"][0]["content"]
+    assert request["messages"][-1] == {"role": "user", "content": "Hello bot"}
+    assert "current_time" in {t["function"]["name"] for t in request["tools"]}
+
+    assert len(out.sent) == 1
+    reply = out.sent[0]
+    assert isinstance(reply, Outbound)
+    assert (reply.content, reply.reply_to, reply.chat_id, reply.channel) == (
+        "Hi there!",
+        "msg_001",
+        "telegram_1",
+        "telegram",
+    )
+    stored = rows(memory)
+    assert stored[0][0] == "msg_001" and (stored[0][3], stored[0][5]) == ("user", "Hello bot")
+    assert stored[0][7] == msg.ts.strftime("%Y-%m-%dT%H:%M:%SZ")  # its own ts
+    assert [(r[3], r[5]) for r in stored[1:]] == [("assistant", "Hi there!")]
+
+
+async def test_a_redelivered_message_is_not_processed_twice(
+    make_pipeline: Any, memory: Memory, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline()
+    llm.answer("once")
+    out = Outbox()
+    await asyncio.wait_for(pipeline.handle(inbound("msg_001", "Hello"), out), T)
+    await asyncio.wait_for(pipeline.handle(inbound("msg_001", "Hello"), out), T)
+    assert len(llm.requests) == 1
+    assert len(out.sent) == 1
+    assert [r[3] for r in rows(memory)] == ["user", "assistant"]
+
+
+async def test_quick_messages_of_one_chat_are_merged_into_one_turn(
+    make_pipeline: Any, memory: Memory, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline(debounceMs=50)
+    llm.answer("I'll look at it.")
+    out = Outbox()
+    first = asyncio.create_task(pipeline.handle(inbound("m1", "take a look"), out))
+    second = asyncio.create_task(pipeline.handle(inbound("m2", "at this file"), out))
+    await asyncio.wait_for(asyncio.gather(first, second), T)
+
+    assert len(llm.requests) == 1
+    last = llm.requests[0]["messages"][-1]
+    assert last == {"role": "user", "content": "take a look\nat this file"}
+    assert len(out.sent) == 1
+    reply = out.sent[0]
+    assert isinstance(reply, Outbound) and reply.reply_to == "m2"
+    assert [r[0] for r in rows(memory)][:2] == ["m1", "m2"]
+
+
+async def test_turns_after_the_debounce_window_are_separate_and_ordered(
+    make_pipeline: Any, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline(debounceMs=10)
+    llm.answer("first answer")
+    llm.answer("second answer")
+    out = Outbox()
+    await asyncio.wait_for(pipeline.handle(inbound("m1", "one"), out), T)
+    await asyncio.wait_for(pipeline.handle(inbound("m2", "two"), out), T)
+    assert [m.content for m in out.sent if isinstance(m, Outbound)] == [
+        "first answer",
+        "second answer",
+    ]
+    history = [(m["role"], m.get("content")) for m in llm.requests[1]["messages"][1:]]
+    assert history == [("user", "one"), ("assistant", "first answer"), ("user", "two")]
+
+
+async def test_a_tool_call_round_reaches_the_second_request(
+    make_pipeline: Any, memory: Memory, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline()
+    llm.answer(None, [call("call_1", "current_time", "{}")])
+    llm.answer("It is late.")
+    out = Outbox()
+    await asyncio.wait_for(pipeline.handle(inbound("m1", "what time is it?"), out), T)
+
+    assert len(llm.requests) == 2
+    second = llm.requests[1]["messages"]
+    assistant, tool = second[-2], second[-1]
+    assert assistant["role"] == "assistant"
+    assert assistant["tool_calls"][0]["id"] == "call_1"
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call_1"
+    assert str(datetime.now(UTC).year) in tool["content"]
+    reply = out.sent[-1]
+    assert isinstance(reply, Outbound) and reply.content == "It is late."
+    assert [r[3] for r in rows(memory)] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_a_malformed_tool_call_is_answered_as_a_tool_error(
+    make_pipeline: Any, memory: Memory, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline()
+    llm.answer(None, [call("call_1", "current_time", "{not json")])
+    llm.answer("Sorry, let me answer without it.")
+    out = Outbox()
+    await asyncio.wait_for(pipeline.handle(inbound("m1", "time?"), out), T)
+
+    tool = llm.requests[1]["messages"][-1]
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call_1"
+    assert "not a JSON object" in tool["content"]
+    stored_tool = next(r for r in rows(memory) if r[3] == "tool")
+    assert json.loads(stored_tool[6])["is_error"] is True
+    reply = out.sent[-1]
+    assert isinstance(reply, Outbound)
+    assert reply.content == "Sorry, let me answer without it."
+
+
+async def test_the_tool_round_limit_ends_with_a_user_facing_message(
+    make_pipeline: Any, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline(maxToolCallRounds=2)
+    for i in range(3):
+        llm.answer(None, [call(f"call_{i}", "current_time", "{}")])
+    out = Outbox()
+    await asyncio.wait_for(pipeline.handle(inbound("m1", "loop forever"), out), T)
+    assert len(llm.requests) == 3
+    reply = out.sent[-1]
+    assert isinstance(reply, Outbound) and "limit" in reply.content
+
+
+async def test_all_providers_failing_tells_the_user_and_keeps_the_inbound(
+    make_pipeline: Any, memory: Memory, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline()
+    llm.replies.append((500, {"error": {"message": "boom"}}))
+    out = Outbox()
+    await asyncio.wait_for(pipeline.handle(inbound("m1", "are you there?"), out), T)
+    assert len(out.sent) == 1
+    reply = out.sent[0]
+    assert isinstance(reply, Outbound)
+    assert reply.content == USER_MESSAGE and reply.reply_to == "m1"
+    assert [(r[0], r[3]) for r in rows(memory)] == [("m1", "user")]
+
+
+async def test_chats_run_concurrently(make_pipeline: Any, llm: FakeLLM) -> None:
+    pipeline = make_pipeline(maxConcurrentLlm=2)
+    llm.answer("a")
+    llm.answer("b")
+    out_a, out_b = Outbox(), Outbox()
+    await asyncio.wait_for(
+        asyncio.gather(
+            pipeline.handle(inbound("a1", "hi", chat="telegram_1"), out_a),
+            pipeline.handle(inbound("b1", "hi", chat="telegram_2"), out_b),
+        ),
+        T,
+    )
+    assert len(llm.requests) == 2
+    assert len(out_a.sent) == len(out_b.sent) == 1
+
+
+async def test_priority_slots_serve_interactive_work_first() -> None:
+    slots = PrioritySlots(1)
+    await asyncio.wait_for(slots.acquire(), T)
+    order: list[str] = []
+
+    async def worker(name: str, priority: int) -> None:
+        await slots.acquire(priority)
+        order.append(name)
+        slots.release()
+
+    sub = asyncio.create_task(worker("subagent", SUBAGENT))
+    await asyncio.sleep(0)
+    inter = asyncio.create_task(worker("interactive", INTERACTIVE))
+    await asyncio.sleep(0)
+    slots.release()
+    await asyncio.wait_for(asyncio.gather(sub, inter), T)
+    assert order == ["interactive", "subagent"]
+    assert slots.free == 1
