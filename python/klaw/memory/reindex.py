@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,7 +106,7 @@ def rebuild(
             skipped_count=int(stats["skipped"]),
         )
         store = _core.Store(str(tmp), dim=backend.dim)
-        mem = Memory(store, backend, cache, replace(paths), config)
+        mem = Memory(store, backend, cache, paths, config)
         try:
             store.meta_set("embedding_model", backend.model_id)
             ws = mem.index_workspace()
