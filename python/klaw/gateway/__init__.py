@@ -1,0 +1,1 @@
+"""The gateway: pure transport between chat channels and the engine (design §2.1–2.4)."""

@@ -1,0 +1,111 @@
+"""The `Channel` interface every chat transport implements (design §2.4).
+
+A channel turns platform updates into `Incoming` messages and sends text back. It
+knows nothing about the engine, JSONL, pairing or the allowlist: the gateway core
+(`klaw.gateway.core`) does all of that, the same way for every channel.
+
+Chat ids are ``"{channel}_{platform_id}"`` (``telegram_123456``) everywhere outside
+the channel; a channel converts at its edge (`platform_id`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+from klaw.engine.protocol import Attachment, Quote
+from klaw.errors import KlawError
+
+__all__ = [
+    "Channel",
+    "ChannelSendError",
+    "Incoming",
+    "OnMessage",
+    "platform_id",
+]
+
+
+class ChannelSendError(KlawError):
+    """A channel could not deliver a message (after its own retries).
+
+    `permanent` is True when retrying cannot help (chat not found, bot blocked):
+    the gateway then reports the failure to the engine instead of retrying.
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One normalised message from a channel.
+
+    `kind` is "command" for a slash command (`/model deepseek/deepseek-chat`:
+    `command` "model", `args` "deepseek/deepseek-chat"), "inbound" for everything
+    else. `unsupported` names a kind the channel cannot pass on (voice, sticker...):
+    the gateway answers it politely and logs it; `content` may then be empty.
+    """
+
+    id: str  # unique within the channel, stable across redelivery: "{channel}_{chat}_{msg}"
+    channel: str
+    chat_id: str  # "{channel}_{platform_id}"
+    ts: datetime  # timezone-aware, when the platform says it was sent
+    content: str = ""
+    kind: Literal["inbound", "command"] = "inbound"
+    command: str = ""
+    args: str = ""
+    sender: str | None = None
+    sender_name: str | None = None
+    is_group: bool = False
+    reply_to: Quote | None = None
+    attachments: Sequence[Attachment] = field(default_factory=tuple)
+    unsupported: str | None = None
+
+
+OnMessage = Callable[[Incoming], Awaitable[None]]
+
+
+class Channel(Protocol):
+    """A chat transport. `listen` runs until cancelled; the others may run concurrently."""
+
+    name: str
+
+    async def listen(self, on_message: OnMessage) -> None:
+        """Receives updates and awaits `on_message` for each, in arrival order per chat.
+
+        Returns only when cancelled (or raises a `KlawError` if the channel cannot run).
+        An update is acknowledged to the platform only after `on_message` returned, so a
+        crash in between means redelivery, never loss (the gateway dedupes by `id`).
+        """
+        ...
+
+    async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> None:
+        """Delivers `text` (Markdown-ish, any length) to `chat_id`.
+
+        The channel splits and formats as its platform requires and retries rate
+        limits itself; it raises `ChannelSendError` when it finally fails.
+        """
+        ...
+
+    async def typing(self, chat_id: str) -> None:
+        """Shows a "typing…" indicator once (the gateway repeats it while waiting)."""
+        ...
+
+    async def set_commands(self, commands: Sequence[tuple[str, str]]) -> None:
+        """Registers (name, description) pairs as the platform's command menu."""
+        ...
+
+    async def close(self) -> None:
+        """Releases sessions and connections; safe to call twice."""
+        ...
+
+
+def platform_id(channel: str, chat_id: str) -> str:
+    """``telegram_123`` → ``123`` for channel ``telegram``; ValueError on a foreign id."""
+    prefix = f"{channel}_"
+    if not chat_id.startswith(prefix) or len(chat_id) == len(prefix):
+        raise ValueError(f"chat id {chat_id!r} does not belong to channel {channel!r}")
+    return chat_id[len(prefix) :]
