@@ -39,6 +39,22 @@ def _logs(a: argparse.Namespace) -> int:
     return logs(chat=a.chat, follow=a.follow, lines=a.lines)
 
 
+def _usage_cmd(a: argparse.Namespace) -> int:
+    from klaw.cli.usage_cmds import usage
+
+    return usage(days=a.days, chat=a.chat, json_out=a.json)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of days, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def _memory_show(a: argparse.Namespace) -> int:
     from klaw.cli.logs_cmds import memory_show
 
@@ -152,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--chat", help="chat id, e.g. telegram_123")
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     sp.add_argument("-n", "--lines", type=int, default=50, help="how many last lines (default 50)")
+    sp = cmd(sub, "usage", "Token usage per day, model and chat, from the logs.", _usage_cmd)
+    sp.add_argument(
+        "--days", type=_positive_int, default=7, help="last N UTC days, today included (default 7)"
+    )
+    sp.add_argument("--chat", help="only this chat id, e.g. telegram_123")
+    sp.add_argument("--json", action="store_true", help="JSON output")
 
     mem = sub.add_parser(
         "memory", help="Core and archival memory.", description="Core and archival memory."
