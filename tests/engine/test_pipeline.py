@@ -115,9 +115,18 @@ def engine_config(tmp_path: Path, url: str, **processing: Any) -> EngineConfig:
 class Outbox:
     def __init__(self) -> None:
         self.sent: list[Outbound | Error] = []
+        self._changed = asyncio.Event()
 
     async def __call__(self, msg: Outbound | Error) -> None:
         self.sent.append(msg)
+        self._changed.set()
+
+    async def wait_for(self, count: int) -> list[Outbound | Error]:
+        """Waits (bounded by the caller's timeout) until `count` messages were sent."""
+        while len(self.sent) < count:
+            self._changed.clear()
+            await self._changed.wait()
+        return self.sent
 
 
 @pytest.fixture
@@ -201,7 +210,12 @@ async def test_a_redelivered_message_is_not_processed_twice(
     await asyncio.wait_for(pipeline.handle(inbound("msg_001", "Hello"), out), T)
     await asyncio.wait_for(pipeline.handle(inbound("msg_001", "Hello"), out), T)
     assert len(llm.requests) == 1
-    assert len(out.sent) == 1
+    # The stored reply goes out again with the same id: the gateway drops an outbound
+    # it has already delivered, and a reply lost in a crash is not lost for good.
+    assert len(out.sent) == 2
+    first, again = out.sent
+    assert isinstance(first, Outbound) and isinstance(again, Outbound)
+    assert again.id == first.id and again.content == "once"
     assert [r[3] for r in rows(memory)] == ["user", "assistant"]
 
 
@@ -305,7 +319,29 @@ async def test_all_providers_failing_tells_the_user_and_keeps_the_inbound(
     reply = out.sent[0]
     assert isinstance(reply, Outbound)
     assert reply.content == USER_MESSAGE and reply.reply_to == "m1"
-    assert [(r[0], r[3]) for r in rows(memory)] == [("m1", "user")]
+    # The notice settles nothing: the gateway keeps m1 pending, the engine retries it.
+    assert reply.answers == [] and reply.line_type == "notice"
+    assert [(r[0], r[3], r[4]) for r in rows(memory)] == [
+        ("m1", "user", None),
+        (reply.id, "assistant", "notice"),
+    ]
+
+
+async def test_unanswered_messages_are_retried_when_a_model_is_back(
+    make_pipeline: Any, memory: Memory, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline()
+    pipeline.retry_base_s = 0.05
+    llm.replies.append((500, {"error": {"message": "boom"}}))
+    llm.answer("Yes, I am here.")
+    out = Outbox()
+    await asyncio.wait_for(pipeline.handle(inbound("m1", "are you there?"), out), T)
+    notice, answer = await asyncio.wait_for(out.wait_for(2), T)
+    assert isinstance(notice, Outbound) and notice.content == USER_MESSAGE
+    assert isinstance(answer, Outbound)
+    assert answer.content == "Yes, I am here." and answer.answers == ["m1"]
+    # The retried request did not see the notice as part of the conversation.
+    assert USER_MESSAGE not in json.dumps(llm.requests[-1]["messages"])
 
 
 async def test_chats_run_concurrently(make_pipeline: Any, llm: FakeLLM) -> None:

@@ -273,9 +273,10 @@ def _load_meta(metadata_json: str | None) -> dict[str, Any]:
 
 
 def row_to_message(row: StoredMessage) -> Message | None:
-    """The LLM message for a stored row; None for markers and unknown roles."""
+    """The LLM message for a stored row; None for markers, commands and their replies
+    (any row with a `type`) and unknown roles."""
     _id, _channel, _chat, role, kind, content, metadata_json, _at = row
-    if kind == "session_break" or role not in _ROLES:
+    if kind or role not in _ROLES:
         return None
     meta = _load_meta(metadata_json)
     msg_role: Role = role  # type: ignore[assignment]  # checked against _ROLES above
@@ -291,7 +292,29 @@ def row_to_message(row: StoredMessage) -> Message | None:
             tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
             is_error=meta.get("is_error") is True,
         )
+    if role == "user":
+        content = _with_attachments(content, meta)
     return Message(msg_role, content)
+
+
+def _with_attachments(content: str, meta: Mapping[str, Any]) -> str:
+    """Files the user sent, as lines the model can act on (file_read takes the path)."""
+    files = meta.get("attachments")
+    if not isinstance(files, list) or not files:
+        return content
+    lines = []
+    for f in files:
+        if not isinstance(f, Mapping) or not isinstance(f.get("path"), str):
+            continue
+        about = ", ".join(str(x) for x in (f.get("mime"), _size(f.get("size"))) if x)
+        lines.append(f"[attached file: {f['path']}{f' ({about})' if about else ''}]")
+    return "\n".join([content, *lines]) if content else "\n".join(lines)
+
+
+def _size(n: Any) -> str | None:
+    if not isinstance(n, int):
+        return None
+    return f"{n} bytes" if n < 1024 else f"{n / 1024:.0f} KiB"
 
 
 def _message_text(message: Message) -> str:

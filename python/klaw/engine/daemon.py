@@ -1,6 +1,7 @@
 """`klaw engine`: the engine daemon's life cycle (design §2.4, conventions "Daemons").
 
-    lock → memory → socket → serve until stop → shutdown → close memory → release lock
+    lock → config → memory → router → pipeline → socket → serve until stop →
+    shutdown → close router → close memory → release lock
 
 Shutdown follows aiogram's `start_polling`: SIGTERM/SIGINT set an Event; the server
 stops accepting, tells the gateway `shutdown`, awaits in-flight messages up to
@@ -11,19 +12,27 @@ removes the socket; then the store is closed and the lock released, in `finally`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import signal
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from klaw.config import load_engine_config
+from klaw.engine.pipeline import Pipeline
+from klaw.engine.protocol import CommandInfo
 from klaw.engine.server import EngineServer, InboundHandler
-from klaw.errors import KlawError, StoreLocked
+from klaw.errors import ConfigError, KlawError, StoreLocked
 from klaw.lock import EngineLock
 from klaw.paths import KlawPaths
 
 if TYPE_CHECKING:
+    from klaw.config import EngineConfig
+    from klaw.llm.router import Router
     from klaw.memory.api import Memory
+    from klaw.tools.base import ToolRegistry
 
 log = logging.getLogger("klaw.engine")
 
@@ -43,6 +52,8 @@ async def run(
     shutdown_timeout: float = 60.0,
     *,
     ready: asyncio.Event | None = None,
+    config: EngineConfig | None = None,
+    started: Callable[[EngineServer], None] | None = None,
 ) -> int:
     """Runs the engine until `stop` is set (or SIGTERM/SIGINT); returns the exit code.
 
@@ -51,6 +62,10 @@ async def run(
     only when `stop` is None. `ready` is set once the socket accepts connections.
     Failures to start (another engine running, socket path taken, memory failing to
     open) are logged on `klaw.engine` and return 1.
+
+    With a `config` and memory and no `handler`, the engine answers with the message
+    `Pipeline` over a `Router` of that config. `started` sees the server once it is
+    listening (tests use it to reach `deliver`).
     """
     lock = EngineLock(paths.engine_lock)
     try:
@@ -67,13 +82,30 @@ async def run(
     signals: list[signal.Signals] = []
     memory: Memory | None = None
     server: EngineServer | None = None
+    router: Router | None = None
+    pipeline = None
     try:
         if memory_factory is not None:
             memory = await asyncio.to_thread(memory_factory)
+        commands = _command_menu(config)
         server = EngineServer(
-            paths, memory=memory, handler=handler, shutdown_timeout=shutdown_timeout
+            paths,
+            memory=memory,
+            handler=handler,
+            shutdown_timeout=shutdown_timeout,
+            commands=commands,
         )
+        if handler is None and config is not None and memory is not None:
+            from klaw.llm.router import Router
+
+            router = Router(config)
+            for problem in router.check():
+                log.warning("routing: %s", problem)
+            pipeline = _pipeline(config, paths, memory, router, server)
+            server.handler = pipeline
         await server.start()
+        if started is not None:
+            started(server)
         if stop is None:
             stop = asyncio.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -94,6 +126,10 @@ async def run(
         try:
             if server is not None:
                 await server.close()
+            if pipeline is not None:
+                await pipeline.aclose()
+            if router is not None:
+                await router.aclose()
         finally:
             try:
                 if memory is not None:
@@ -103,18 +139,55 @@ async def run(
                 log.info("engine stopped")
 
 
+def _command_menu(config: EngineConfig | None) -> list[CommandInfo]:
+    if config is None:
+        return []
+    return [CommandInfo(name=c.name, description=c.description) for c in config.commands]
+
+
+def _pipeline(
+    config: EngineConfig, paths: KlawPaths, memory: Memory, router: Router, server: EngineServer
+) -> Pipeline:
+    """The message pipeline, with `send_message` going through this server's gateway."""
+    from klaw.engine.commands import Commands
+    from klaw.tools import builtin_registry
+    from klaw.tools.messaging import SendMessage
+
+    def registry(chat_id: str) -> ToolRegistry:
+        tools = builtin_registry(paths, config, memory, chat_id=chat_id)
+        tools.register(SendMessage(server.deliver, memory, source_chat=chat_id))
+        return tools
+
+    commands = Commands(config, paths, memory)
+    pipeline = Pipeline(config, paths, memory, router, registry_factory=registry, commands=commands)
+    commands.set_status(
+        lambda: {
+            "uptime_s": time.monotonic() - server.t0,
+            "in_flight": server.in_flight,
+        }
+    )
+    return pipeline
+
+
 def main(paths: KlawPaths | None = None, *, with_memory: bool = True) -> int:
     """Blocking entry point for `klaw engine`: logs to stderr, returns the exit code."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     paths = paths or KlawPaths.from_env()
-    factory = functools.partial(open_memory, paths) if with_memory else None
-    return asyncio.run(run(paths, factory))
+    try:
+        config = load_engine_config(paths.engine_config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 1
+    if config.workspace is not None:
+        paths = dataclasses.replace(paths, workspace=config.workspace)
+    factory = functools.partial(open_memory, paths, config) if with_memory else None
+    return asyncio.run(run(paths, factory, config=config))
 
 
-def open_memory(paths: KlawPaths) -> Memory:
+def open_memory(paths: KlawPaths, config: EngineConfig | None = None) -> Memory:
     """The engine's memory: klaw.db and the embedding model named in engine.yaml."""
     from klaw.memory.api import Memory
 
-    return Memory.open(paths=paths)
+    return Memory.open(paths=paths, config=config)

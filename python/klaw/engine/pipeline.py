@@ -19,8 +19,18 @@
    fails the user gets `AllProvidersFailed.user_message`; the inbound stays stored.
 
 `handle` returns once the turn holding its message is done (so the server's
-graceful shutdown waits for it). Commands are not handled here yet: they get a
-`not_implemented` error.
+graceful shutdown waits for it).
+
+Exactly-once across crashes: the gateway re-sends every message it has no answer
+for. A message already stored is not stored twice, and then: if its turn is still
+running here, nothing more happens; if its chat's answered watermark (a meta key
+written with the turn's last row, before the reply goes out) covers it, the stored
+reply is sent again when it answered this message (the gateway drops an outbound id
+it already delivered) or a `duplicate` error settles it; otherwise the engine died
+during its turn and it is processed now.
+
+Commands (`/new`, `/model`...) run in the chat's order after any batch collected
+before them (see `klaw.engine.commands`).
 """
 
 from __future__ import annotations
@@ -42,14 +52,16 @@ from klaw.engine.context import (
     message_meta,
     model_limits,
 )
-from klaw.engine.protocol import Command, Error, ErrorCode, Inbound, Outbound, new_id
+from klaw.engine.loglines import inbound_line, line_row
+from klaw.engine.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
 from klaw.errors import KlawError
 from klaw.llm.errors import AllProvidersFailed
-from klaw.llm.types import LlmRequest, Message
+from klaw.llm.types import LlmRequest, Message, Usage
 from klaw.memory.api import to_iso
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
+    from klaw.engine.commands import Commands
     from klaw.engine.server import Reply
     from klaw.llm.router import Router
     from klaw.memory.api import Memory
@@ -75,6 +87,7 @@ TOOL_LIMIT_MESSAGE: Final = (
 )
 
 RegistryFactory = Callable[[str], "ToolRegistry"]
+WATERMARK_KEY: Final = "answered:{chat_id}"
 
 
 class PrioritySlots:
@@ -119,6 +132,7 @@ class _Batch:
     replies: list[Reply] = field(default_factory=list)
     priority: int = INTERACTIVE
     done: asyncio.Future[None] | None = None
+    attempt: int = 0  # turns of these messages that found no model
 
 
 @dataclass
@@ -140,6 +154,7 @@ class Pipeline:
         *,
         registry_factory: RegistryFactory | None = None,
         now: Callable[[], datetime] | None = None,
+        commands: Commands | None = None,
     ) -> None:
         self.config = config
         self.paths = paths
@@ -150,11 +165,30 @@ class Pipeline:
         self._slots = PrioritySlots(config.processing.max_concurrent_llm)
         self._chats: dict[str, _Chat] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._active: set[str] = set()  # ids of messages queued or in a running turn
+        # When no model answers, the batch is tried again after this, doubling.
+        self.retry_base_s = 30.0
+        self.retry_max_s = 900.0
+        if commands is None:
+            from klaw.engine.commands import Commands
+
+            commands = Commands(config, paths, memory, now=self._now)
+        self.commands = commands
 
     def _default_registry(self, chat_id: str) -> ToolRegistry:
         from klaw.tools import builtin_registry
 
         return builtin_registry(self.paths, self.config, self.memory, chat_id=chat_id)
+
+    def session(self, chat_id: str, first_ts: str) -> tuple[str, str]:
+        """(model, segment start) of a chat; the row is created on its first message."""
+        store = self.memory.store
+        row = store.get_session(chat_id)
+        if row is not None:
+            return row[0], row[1]
+        model = self.config.routing.default
+        store.upsert_session(chat_id, model, first_ts, to_iso(self._now()) or first_ts)
+        return model, first_ts
 
     # ------------------------------------------------------------------ intake
 
@@ -162,40 +196,77 @@ class Pipeline:
         self, msg: Inbound | Command, reply: Reply, *, priority: int = INTERACTIVE
     ) -> None:
         """Store `msg`, queue it for its chat's next turn and wait for that turn."""
-        if isinstance(msg, Command):
-            await _send(
-                reply,
-                Error(
-                    code=ErrorCode.NOT_IMPLEMENTED,
-                    message=f"command /{msg.name} is not supported yet",
-                    ref=msg.id,
-                ),
-            )
-            return
-        row: StoredMessage = (
-            msg.id,
-            msg.channel,
-            msg.chat_id,
-            "user",
-            None,
-            msg.content,
-            json.dumps(msg.meta.model_dump(mode="json", exclude_defaults=True)),
-            to_iso(msg.ts) or "",
-        )
+        row = line_row(inbound_line(msg), msg.channel, msg.chat_id)
         # Synchronous on purpose: no await between arrival and queueing keeps the
         # order of a chat's messages (one small insert).
         inserted = self.memory.store.insert_messages([row])
-        if inserted == 0:
-            log.info("message %s of %s already stored: not processed again", msg.id, msg.chat_id)
+        if isinstance(msg, Command):
+            await self._command(msg, reply, duplicate=inserted == 0)
             return
+        if inserted == 0:
+            if not await self._redelivered(msg, reply):
+                return
+            log.info(
+                "message %s of %s was stored but never answered: processing it", msg.id, msg.chat_id
+            )
         done = self._enqueue(msg, reply, priority)
         await asyncio.shield(done)
 
-    def _enqueue(self, msg: Inbound, reply: Reply, priority: int) -> asyncio.Future[None]:
+    async def _redelivered(self, msg: Inbound, reply: Reply) -> bool:
+        """Settles a message stored before; True when it still needs its turn."""
+        if msg.id in self._active:
+            log.info("message %s of %s is already being processed", msg.id, msg.chat_id)
+            return False
+        mark = self._watermark(msg.chat_id) or {}
+        answered = msg.id in mark.get("ids", [])
+        if not answered and (to_iso(msg.ts) or "") > str(mark.get("ts", "")):
+            return True
+        if answered and isinstance(mark.get("reply"), dict):
+            log.info("message %s of %s was answered: sending that reply again", msg.id, msg.chat_id)
+            await _send(reply, Outbound.model_validate(mark["reply"]))
+        else:
+            await _send(
+                reply,
+                Error(
+                    code=ErrorCode.DUPLICATE,
+                    message="this message was already answered",
+                    ref=msg.id,
+                ),
+            )
+        return False
+
+    def _watermark(self, chat_id: str) -> dict[str, Any] | None:
+        raw = self.memory.store.meta_get(WATERMARK_KEY.format(chat_id=chat_id))
+        if not raw:
+            return None
+        try:
+            mark = json.loads(raw)
+        except ValueError:
+            return None
+        return mark if isinstance(mark, dict) else None
+
+    async def _command(self, cmd: Command, reply: Reply, *, duplicate: bool) -> None:
+        """Runs a command in its chat's order, after any batch collected before it."""
+        chat = self._chats.setdefault(cmd.chat_id, _Chat())
+        if chat.timer is not None and chat.batch is not None:
+            chat.timer.cancel()
+            chat.timer = self._spawn(self._debounce(cmd.chat_id, chat, delay=0.0))
+            await asyncio.sleep(0)  # let the flushed batch queue on the order lock first
+        async with chat.order:
+            first_ts = to_iso(cmd.ts) or ""
+            model, segment = await asyncio.to_thread(self.session, cmd.chat_id, first_ts)
+            out = await self.commands.execute(cmd, model, segment, duplicate=duplicate)
+        await _send(reply, out)
+
+    def _enqueue(
+        self, msg: Inbound, reply: Reply, priority: int, *, attempt: int = 0
+    ) -> asyncio.Future[None]:
         chat = self._chats.setdefault(msg.chat_id, _Chat())
         if chat.batch is None:
             chat.batch = _Batch(done=asyncio.get_running_loop().create_future(), priority=priority)
         batch = chat.batch
+        batch.attempt = max(batch.attempt, attempt)
+        self._active.add(msg.id)
         batch.messages.append(msg)
         batch.replies.append(reply)
         batch.priority = min(batch.priority, priority)
@@ -211,8 +282,8 @@ class Pipeline:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _debounce(self, chat_id: str, chat: _Chat) -> None:
-        await asyncio.sleep(self.config.processing.debounce_ms / 1000)
+    async def _debounce(self, chat_id: str, chat: _Chat, delay: float | None = None) -> None:
+        await asyncio.sleep(self.config.processing.debounce_ms / 1000 if delay is None else delay)
         # From here on this batch is closed: new messages start the next one.
         batch, chat.batch, chat.timer = chat.batch, None, None
         if batch is None:
@@ -237,6 +308,7 @@ class Pipeline:
                 Error(code=ErrorCode.INTERNAL, message=f"processing failed: {exc}", ref=last.id),
             )
         finally:
+            self._active.difference_update(m.id for m in batch.messages)
             if not batch.done.done():
                 batch.done.set_result(None)
 
@@ -254,17 +326,17 @@ class Pipeline:
         store = self.memory.store
         last = batch.messages[-1]
         reply = batch.replies[-1]
-        session = await asyncio.to_thread(store.get_session, chat_id)
-        model = session[0] if session else self.config.routing.default
-        since = session[1] if session and session[1] else None
+        first_ts = min(to_iso(m.ts) or "" for m in batch.messages)
+        model, since = await asyncio.to_thread(self.session, chat_id, first_ts)
         limits = model_limits(self.config, model)
         registry = self._registry_factory(chat_id)
         rows = await asyncio.to_thread(
-            store.recent_messages, chat_id, since, max(limits.window_cap * 4, 50)
+            store.recent_messages, chat_id, since or None, max(limits.window_cap * 4, 50)
         )
         from klaw.memory.core import CoreMemory
 
         core_text = CoreMemory(self.paths.core_memory).to_prompt()
+        group = any(m.meta.group for m in batch.messages)
         context = assemble_context(
             ContextInput.from_limits(
                 limits,
@@ -275,12 +347,18 @@ class Pipeline:
                 now=self._now(),
                 channel=last.channel,
                 tools=registry.schemas(),
+                skills=self._skills(),
+                chat_kind="group" if group else "private",
             )
         )
         messages = list(context.messages)
         latest = max(to_iso(m.ts) or "" for m in batch.messages)
         max_rounds = self.config.processing.max_tool_call_rounds
         rounds = 0
+        usage = Usage()
+        records: list[LogLine] = []
+        answered_by = model
+        meta: dict[str, Any] = {}
         while True:
             try:
                 response = await self.router.complete(
@@ -288,64 +366,137 @@ class Pipeline:
                 )
             except AllProvidersFailed as exc:
                 log.error("no model answered %s: %s", chat_id, exc)
-                await _send(
-                    reply,
-                    Outbound(
-                        channel=last.channel,
-                        chat_id=chat_id,
-                        content=exc.user_message,
-                        reply_to=last.id,
-                        meta={"error": "all_providers_failed"},
-                    ),
-                )
+                await self._unanswered(batch, exc.user_message, records)
                 return
+            usage.tokens_in += response.usage.tokens_in
+            usage.tokens_out += response.usage.tokens_out
+            answered_by = response.model or answered_by
             if not response.tool_calls:
                 text = response.content or ""
                 break
             if rounds >= max_rounds:
                 log.warning("%s: tool-call limit of %d rounds reached", chat_id, max_rounds)
                 text = TOOL_LIMIT_MESSAGE.format(rounds=max_rounds)
+                meta["error"] = "tool_call_limit"
                 break
             rounds += 1
             assistant = response.to_message()
-            new_rows = [self._row(last, assistant, latest, model=response.model)]
+            new = [self._line(assistant, latest, model=response.model)]
             messages.append(assistant)
             for call in response.tool_calls:
                 result = await registry.call(call)
                 tool_msg = Message.tool_result(call.id, result.content, is_error=result.is_error)
                 messages.append(tool_msg)
-                new_rows.append(self._row(last, tool_msg, latest))
-            await asyncio.to_thread(store.insert_messages, new_rows)
+                new.append(self._line(tool_msg, latest, tool=call.name))
+            records.extend(new)
+            await asyncio.to_thread(
+                store.insert_messages, [line_row(x, last.channel, chat_id) for x in new]
+            )
 
-        final = Message("assistant", text)
-        await asyncio.to_thread(
-            store.insert_messages, [self._row(last, final, latest, model=response.model)]
+        meta.update(
+            {"model": answered_by, "tokens_in": usage.tokens_in, "tokens_out": usage.tokens_out}
         )
         if not text.strip():
-            log.warning("%s: the model answered with no text; nothing sent", chat_id)
-            return
-        await _send(
-            reply,
-            Outbound(channel=last.channel, chat_id=chat_id, content=text, reply_to=last.id),
+            log.warning("%s: the model answered with no text", chat_id)
+        out = Outbound(
+            ts=self._at(latest),
+            channel=last.channel,
+            chat_id=chat_id,
+            content=text,
+            reply_to=last.id,
+            answers=[m.id for m in batch.messages],
+            records=records,
+            meta=meta,
         )
+        await asyncio.to_thread(self._finish, out, latest)
+        await _send(reply, out)
 
-    def _row(
-        self, last: Inbound, message: Message, latest: str, *, model: str | None = None
-    ) -> StoredMessage:
-        """A stored row for an engine-made message, never dated before the turn's input."""
+    async def _unanswered(self, batch: _Batch, notice: str, records: list[LogLine]) -> None:
+        """Every provider failed: tell the user, keep the batch unanswered, retry later.
+
+        The notice is a typed line (kept out of the model's window) and settles
+        nothing, so the gateway re-sends these messages after a restart too. A later
+        successful turn of the chat covers them (they are in its window).
+        """
+        last = batch.messages[-1]
+        latest = max(to_iso(m.ts) or "" for m in batch.messages)
+        out = Outbound(
+            ts=self._at(latest),
+            channel=last.channel,
+            chat_id=last.chat_id,
+            content=notice,
+            reply_to=last.id,
+            records=records,
+            line_type="notice",
+            meta={"error": "all_providers_failed"},
+        )
+        from klaw.engine.loglines import outbound_line
+
+        await asyncio.to_thread(
+            self.memory.store.insert_messages,
+            [line_row(outbound_line(out), out.channel, out.chat_id)],
+        )
+        await _send(batch.replies[-1], out)
+        delay = min(self.retry_base_s * 2 ** min(batch.attempt, 10), self.retry_max_s)
+        self._spawn(self._retry(batch, latest, delay))
+
+    async def _retry(self, batch: _Batch, latest: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        mark = self._watermark(batch.messages[0].chat_id) or {}
+        if str(mark.get("ts", "")) >= latest:
+            return  # a later turn answered the chat, these messages included
+        log.info(
+            "retrying %d unanswered message(s) of %s",
+            len(batch.messages),
+            batch.messages[0].chat_id,
+        )
+        for msg, reply in zip(batch.messages, batch.replies, strict=True):
+            if msg.id not in self._active:
+                self._enqueue(msg, reply, batch.priority, attempt=batch.attempt + 1)
+
+    def _finish(self, out: Outbound, latest: str) -> None:
+        """Stores the reply row and moves the chat's answered watermark (one writer)."""
+        from klaw.engine.loglines import outbound_line
+
+        store = self.memory.store
+        store.insert_messages([line_row(outbound_line(out), out.channel, out.chat_id)])
+        mark = {"ts": latest, "ids": out.answers, "reply": out.model_dump(mode="json")}
+        store.meta_set(WATERMARK_KEY.format(chat_id=out.chat_id), json.dumps(mark))
+
+    def _skills(self) -> list[tuple[str, str]]:
+        try:
+            from klaw.tools.skills import SkillCatalog
+
+            catalog = SkillCatalog(self.paths.workspace / "skills", self.paths.skills)
+            return [(s.name, s.description) for s in catalog.skills().values()]
+        except Exception:  # a broken skill folder must not stop the reply
+            log.exception("skills could not be listed")
+            return []
+
+    def _at(self, latest: str) -> datetime:
+        """A stored time for an engine-made message, never before the turn's input."""
+        now = self._now()
+        return max(now, datetime.fromisoformat(latest)) if latest else now
+
+    def _line(
+        self,
+        message: Message,
+        latest: str,
+        *,
+        model: str | None = None,
+        tool: str | None = None,
+    ) -> LogLine:
         meta = message_meta(message)
         if model:
             meta["model"] = model
-        at = max(to_iso(self._now()) or "", latest)
-        return (
-            new_id(),
-            last.channel,
-            last.chat_id,
-            message.role,
-            None,
-            message.content or "",
-            json.dumps(meta, ensure_ascii=False) if meta else None,
-            at,
+        if tool:
+            meta["tool"] = tool
+        return LogLine(
+            id=new_id(),
+            ts=self._at(latest),
+            role=message.role,
+            content=message.content or "",
+            meta=meta,
         )
 
 

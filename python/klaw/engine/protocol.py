@@ -11,9 +11,18 @@ Gateway ⇄ engine (the gateway's one persistent connection):
     ← registered      the engine accepted the registration (version, pid)
     → inbound         a user message: id, channel, chatId, ts, content, meta
     → command         a slash command: id, channel, chatId, ts, name, args, meta
-    ← outbound        a reply or a push: channel, chatId, content, replyTo, meta
+    ← outbound        a reply or a push: id, ts, channel, chatId, content, replyTo,
+                      answers (the inbound ids it settles), records (log lines), meta
+    → delivered       the gateway sent outbound `ref` to the user
     ⇄ error           code, message, ref (the id of the message it answers)
     ← shutdown        the engine stops taking messages: buffer until it is back
+
+JSONL ownership (design §2.4, docs/decisions.md): the gateway is the only writer of
+interactive conversation logs. It writes each inbound and command before forwarding
+it, and for each outbound first its `records` (the turn's tool calls and results,
+`session_break` and `model_switch` markers), then the reply itself as an assistant
+line with the outbound's `id`, `ts`, `lineType` and `meta` — the same ids and
+times the engine stored in klaw.db, so `klaw reindex` rebuilds the same rows.
 
 CLI → engine (short connections; the response echoes the request ``id``):
 
@@ -30,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import (
@@ -49,6 +59,8 @@ __all__ = [
     "MAX_LINE_BYTES",
     "Attachment",
     "Command",
+    "CommandInfo",
+    "Delivered",
     "Error",
     "ErrorCode",
     "GatewayInfo",
@@ -58,9 +70,11 @@ __all__ = [
     "InvalidMessage",
     "LineReader",
     "LineTooLong",
+    "LogLine",
     "MemorySearch",
     "MemorySearchResult",
     "Message",
+    "Outbound",
     "ProtocolError",
     "Quote",
     "Register",
@@ -102,6 +116,9 @@ class ErrorCode:
     REPLACED: Final = "replaced"  # another gateway registered; this connection closes
     UNAVAILABLE: Final = "unavailable"  # e.g. the engine runs without memory
     BAD_REQUEST: Final = "bad_request"  # the request was well-formed but refused
+    DUPLICATE: Final = "duplicate"  # already answered: nothing more will come for it
+    REFUSED: Final = "refused"  # the gateway would not deliver (allowlist)
+    SEND_FAILED: Final = "send_failed"  # the channel could not deliver
     INTERNAL: Final = "internal"
 
 
@@ -166,6 +183,7 @@ class Quote(_Model):
 
 class InboundMeta(_Model):
     sender: str | None = None  # the channel's user id
+    group: bool = False  # a group chat: the owner's private memory stays out (§4.3)
     sender_name: str | None = None
     reply_to: Quote | None = None
     attachments: list[Attachment] = Field(default_factory=list)
@@ -177,10 +195,18 @@ class Register(_Model):
     channels: list[str] = Field(default_factory=list)
 
 
+class CommandInfo(_Model):
+    name: str
+    description: str = ""
+
+
 class Registered(_Model):
+    """The engine accepted the gateway; `commands` is the menu to register (§6.6)."""
+
     type: Literal["registered"] = "registered"
     version: str
     pid: int
+    commands: list[CommandInfo] = Field(default_factory=list)
 
 
 class Inbound(_Model):
@@ -206,14 +232,46 @@ class Command(_Model):
     meta: InboundMeta = Field(default_factory=InboundMeta)
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class LogLine(_Model):
+    """One conversation-log line (design §5.2) the engine asks the gateway to append."""
+
+    id: str = Field(min_length=1)
+    ts: AwareDatetime
+    role: Literal["user", "assistant", "system", "tool"]
+    type: str | None = None  # session_break, model_switch, command, command_reply
+    content: str = ""
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
 class Outbound(_Model):
+    """A message for the user. `answers` lists the inbound/command ids it settles.
+
+    The gateway logs `records` then the reply (an assistant line of type `line_type`),
+    sends `content` unless it is empty, and confirms with `delivered`.
+    """
+
     type: Literal["outbound"] = "outbound"
     id: str = Field(default_factory=new_id)
+    ts: AwareDatetime = Field(default_factory=_now)
     channel: str = Field(min_length=1)
     chat_id: str = Field(min_length=1)
     content: str = Field(default="", validation_alias=AliasChoices("content", "text"))
     reply_to: str | None = None
+    answers: list[str] = Field(default_factory=list)
+    records: list[LogLine] = Field(default_factory=list)
+    line_type: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Delivered(_Model):
+    """The gateway's confirmation that outbound `ref` reached the user's channel."""
+
+    type: Literal["delivered"] = "delivered"
+    ref: str = Field(min_length=1)
 
 
 class Error(_Model):
@@ -307,6 +365,7 @@ Message: TypeAlias = Annotated[
     | Inbound
     | Command
     | Outbound
+    | Delivered
     | Error
     | Shutdown
     | Status
@@ -328,6 +387,7 @@ _TYPES: Final = frozenset(
         "inbound",
         "command",
         "outbound",
+        "delivered",
         "error",
         "shutdown",
         "status",

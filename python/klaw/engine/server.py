@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Protocol
 from klaw import __version__
 from klaw.engine.protocol import (
     Command,
+    CommandInfo,
+    Delivered,
     Error,
     ErrorCode,
     GatewayInfo,
@@ -97,6 +99,14 @@ class GatewayNotConnected(KlawError):
     """`reply` was called while no gateway is connected: the message was not delivered."""
 
 
+class DeliveryRefused(KlawError):
+    """The gateway refused or failed to deliver an outbound (allowlist, channel error)."""
+
+    def __init__(self, message: str, code: str = ErrorCode.BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
@@ -134,19 +144,22 @@ class EngineServer:
         memory: Memory | None = None,
         handler: InboundHandler | None = None,
         shutdown_timeout: float = 60.0,
+        commands: list[CommandInfo] | None = None,
     ) -> None:
         self.paths = paths
         self.memory = memory
+        self.commands = list(commands or [])
         self.handler: InboundHandler = handler or NotImplementedHandler()
         self.shutdown_timeout = shutdown_timeout
         self.pid = os.getpid()
         self.started_at = datetime.now(UTC)
-        self._t0 = time.monotonic()
+        self.t0 = time.monotonic()
         self._server: asyncio.Server | None = None
         self._socket_ino: int | None = None
         self._conns: set[_Connection] = set()
         self._gateway: _Connection | None = None
         self._inflight: dict[asyncio.Task[None], Inbound | Command] = {}
+        self._deliveries: dict[str, asyncio.Future[None]] = {}
         self._closing = False
 
     # --- state -----------------------------------------------------------
@@ -216,6 +229,7 @@ class EngineServer:
             if self._gateway is conn:
                 self._gateway = None
                 log.info("gateway disconnected")
+                self._fail_deliveries("the gateway disconnected before confirming delivery")
             await self._finish(conn)
 
     @staticmethod
@@ -270,8 +284,16 @@ class EngineServer:
                 self._spawn(msg)
         elif isinstance(msg, Status | Sessions | MemorySearch):
             await conn.send(await self._answer(msg))
+        elif isinstance(msg, Delivered):
+            fut = self._deliveries.pop(msg.ref, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
         elif isinstance(msg, Error):
-            log.warning("peer reported %s (ref %s): %s", msg.code, msg.ref, msg.message)
+            fut = self._deliveries.pop(msg.ref, None) if msg.ref else None
+            if fut is not None and not fut.done():
+                fut.set_exception(DeliveryRefused(msg.message, msg.code))
+            else:
+                log.warning("peer reported %s (ref %s): %s", msg.code, msg.ref, msg.message)
         else:
             await conn.send(
                 Error(
@@ -305,7 +327,7 @@ class EngineServer:
         )
         self._gateway = conn
         log.info("gateway registered (channels: %s)", ", ".join(msg.channels) or "none")
-        await conn.send(Registered(version=__version__, pid=self.pid))
+        await conn.send(Registered(version=__version__, pid=self.pid, commands=self.commands))
 
     # --- inbound ---------------------------------------------------------
 
@@ -338,6 +360,27 @@ class EngineServer:
             about = f"for {msg.chat_id}" if isinstance(msg, Outbound) else f"about {msg.ref}"
             raise GatewayNotConnected(f"no gateway connected: {msg.type} {about} was not delivered")
 
+    async def deliver(self, msg: Outbound, timeout: float = 30.0) -> None:
+        """Sends `msg` and waits for the gateway's `delivered`.
+
+        Raises `DeliveryRefused` when the gateway answers with an error (allowlist,
+        channel failure), `GatewayNotConnected` when there is no gateway or it goes
+        away, `TimeoutError` after `timeout` seconds without an answer.
+        """
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._deliveries[msg.id] = fut
+        try:
+            await self.reply(msg)
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        finally:
+            self._deliveries.pop(msg.id, None)
+
+    def _fail_deliveries(self, reason: str) -> None:
+        for fut in self._deliveries.values():
+            if not fut.done():
+                fut.set_exception(GatewayNotConnected(reason))
+        self._deliveries.clear()
+
     # --- CLI requests ----------------------------------------------------
 
     async def _answer(self, req: Request) -> Message:
@@ -365,7 +408,7 @@ class EngineServer:
             pid=self.pid,
             version=__version__,
             started_at=self.started_at,
-            uptime_s=round(time.monotonic() - self._t0, 3),
+            uptime_s=round(time.monotonic() - self.t0, 3),
             gateway=self.gateway,
             in_flight=self.in_flight,
             memory=self.memory is not None,

@@ -160,7 +160,9 @@ class Router:
                 ),
             )
             try:
-                return await self._with_retries(client, attempt_request, target.ref, relay)
+                response = await self._with_retries(client, attempt_request, target.ref, relay)
+                # Callers log and bill by the reference they configured ("glm/glm-5").
+                return dataclasses.replace(response, model=target.ref)
             except ProviderError as exc:
                 failures[target.ref] = exc
                 if delivered:

@@ -56,7 +56,17 @@ __all__ = [
 ]
 
 ROLES = frozenset({"user", "assistant", "system", "tool"})
-TYPES = frozenset({"session_break", "subagent_result", "internal"})
+TYPES = frozenset(
+    {
+        "session_break",
+        "model_switch",
+        "command",
+        "command_reply",
+        "notice",
+        "subagent_result",
+        "internal",
+    }
+)
 REQUIRED_FIELDS = ("id", "ts", "role", "content")
 
 _DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.jsonl$")
