@@ -4,78 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from klaw.config import EngineConfig, load_engine_config
 from klaw.engine.pipeline import INTERACTIVE, SUBAGENT, Pipeline, PrioritySlots
 from klaw.engine.protocol import Error, Inbound, Outbound
 from klaw.llm.errors import USER_MESSAGE
 from klaw.llm.router import Router
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
+from scripted_llm import FakeLLM, call, engine_config
 
 T = 10.0  # upper bound for any single wait
-
-
-# ---------------------------------------------------------------- a fake LLM
-
-
-class FakeLLM:
-    """Answers POST …/chat/completions with queued (status, json) pairs; records requests."""
-
-    def __init__(self) -> None:
-        self.replies: deque[tuple[int, Any]] = deque()
-        self.requests: list[Any] = []
-        self._runner: web.AppRunner | None = None
-        self.url = ""
-
-    def answer(self, content: str | None, tool_calls: list[dict[str, Any]] | None = None) -> None:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if tool_calls is not None:
-            message["tool_calls"] = tool_calls
-        finish = "tool_calls" if tool_calls else "stop"
-        body = {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "model": "m",
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-        }
-        self.replies.append((200, body))
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        self.requests.append(json.loads(await request.text()))
-        if not self.replies:
-            return web.json_response({"error": {"message": "no scripted reply"}}, status=500)
-        status, body = self.replies.popleft()
-        return web.json_response(body, status=status)
-
-
-def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-# ---------------------------------------------------------------- fixtures
 
 
 @pytest.fixture
@@ -84,32 +28,6 @@ async def llm() -> AsyncIterator[FakeLLM]:
     await server.start()
     yield server
     await server.close()
-
-
-def engine_config(tmp_path: Path, url: str, **processing: Any) -> EngineConfig:
-    proc = {"debounceMs": 50, "maxConcurrentLlm": 2, "maxToolCallRounds": 3, **processing}
-    lines = [
-        "providers:",
-        "  fake:",
-        "    type: openai-compatible",
-        f"    endpoint: {url}/v1",
-        "models:",
-        "  fake/m:",
-        "    contextBudget: 16000",
-        "    maxTokens: 512",
-        "routing:",
-        "  default: fake/m",
-        "  fallback: []",
-        "llm:",
-        "  maxRetries: 0",
-        "  initialBackoffMs: 0",
-        "  requestTimeoutMs: 5000",
-        "processing:",
-        *(f"  {k}: {v}" for k, v in proc.items()),
-    ]
-    path = tmp_path / "engine-test.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return load_engine_config(path)
 
 
 class Outbox:

@@ -474,9 +474,14 @@ class Pipeline:
             return []
 
     def _at(self, latest: str) -> datetime:
-        """A stored time for an engine-made message, never before the turn's input."""
-        now = self._now()
-        return max(now, datetime.fromisoformat(latest)) if latest else now
+        """The logical time of a turn's rows: its latest input's.
+
+        Rows of one time keep their log order, so a reply sits right after what it
+        answers and before anything sent later, even when buffered messages and a
+        `/new` are processed long after they were sent (then the clock would put the
+        reply after the break).
+        """
+        return datetime.fromisoformat(latest) if latest else self._now()
 
     def _line(
         self,
