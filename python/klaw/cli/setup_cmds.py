@@ -324,6 +324,48 @@ def _report_backend(doc: _Doctor, cfg: EngineConfig, model: str | None, ort_ok: 
         print("      embedding backend: onnx, not usable until the problems above are fixed")
 
 
+def _check_provider(doc: _Doctor, cfg: EngineConfig) -> None:
+    """Which model answers: the first usable one of the routing chain, else the offline model.
+
+    The only network call is the ~1 s probe of keyless providers on loopback (Ollama)."""
+    import asyncio
+
+    from klaw.llm.local import (
+        INSTALL_HINT,
+        LOCAL_MODEL,
+        chain_providers,
+        is_loopback,
+        missing_local_parts,
+        needs_local,
+        usable_providers,
+    )
+
+    usable = asyncio.run(usable_providers(cfg))
+    routing = cfg.routing
+    if not needs_local(cfg, usable):
+        ref = next(r for r in [routing.default, *routing.fallback] if r.partition("/")[0] in usable)
+        provider = cfg.providers[ref.partition("/")[0]]
+        how = "API key set" if provider.api_key else f"answers at {provider.endpoint}"
+        note = "" if ref == routing.default else f"; {routing.default} is not usable"
+        doc.ok(f"provider: {ref} ({how}){note}")
+        return
+    names = [n for n in chain_providers(cfg) if not is_loopback(cfg.providers[n].endpoint)]
+    names = names or ["glm"]
+    keys = "export " + " or ".join(f"{n.upper()}_API_KEY=..." for n in names[:2])
+    missing = missing_local_parts()
+    if missing:
+        doc.fail(
+            "provider: no provider has an API key and the offline model is not installed",
+            f"{INSTALL_HINT}; or {keys} (engine.yaml providers)",
+            [f"missing: {', '.join(missing)}"],
+        )
+    else:
+        doc.warn(
+            f"provider: {LOCAL_MODEL}: no provider has an API key; the offline model will be used",
+            f"{keys} (engine.yaml providers) for real answers; the offline model is a small demo",
+        )
+
+
 def doctor() -> int:
     """Check the installation; print ok/warn/FAIL lines; 0 when nothing FAILs."""
     from klaw.config import resolve_workspace
@@ -339,6 +381,7 @@ def doctor() -> int:
         ort_ok = _check_ort(doc, cfg)
     _check_store(doc, paths)
     _check_disk(doc, paths)
+    _check_provider(doc, cfg)
     _report_backend(doc, cfg, model, ort_ok)
     if doc.failures:
         print(f"{doc.failures} problem(s), {doc.warnings} warning(s).")
