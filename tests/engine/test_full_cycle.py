@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import T, Peer, peer, running
-from scripted_llm import FakeLLM, call, engine_config
+from engine_helpers import Peer, peer, running
 
 from klaw.config import EngineConfig
 from klaw.engine.protocol import (
@@ -29,6 +28,7 @@ from klaw.engine.protocol import (
 from klaw.llm.errors import USER_MESSAGE
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
+from scripted_llm import FakeLLM, call, engine_config
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
 
