@@ -108,6 +108,30 @@ class KlawPaths:
         return self.state_dir / "gateway-buffer.jsonl"
 
     @property
+    def gateway_lock(self) -> Path:
+        return self.state_dir / "gateway.lock"
+
+    @property
+    def console_socket(self) -> Path:
+        """Where the gateway's console channel accepts `klaw chat` (mode 600)."""
+        return self.state_dir / "console.sock"
+
+    @property
+    def pairing(self) -> Path:
+        """Pending pairing codes of unknown chats (gateway state)."""
+        return self.state_dir / "pairing.json"
+
+    @property
+    def approved_chats(self) -> Path:
+        """Chats approved with `klaw pair approve`, added to gateway.yaml's allowedChatIds."""
+        return self.config_dir / "allowed-chats.json"
+
+    @property
+    def inbox(self) -> Path:
+        """Files users send (photos, documents), inside the workspace."""
+        return self.workspace / "inbox"
+
+    @property
     def logs(self) -> Path:
         return self.state_dir / "logs"
 
