@@ -97,6 +97,30 @@ def _engine(a: argparse.Namespace) -> int:
     return engine()
 
 
+def _gateway(a: argparse.Namespace) -> int:
+    from klaw.cli.gateway_cmds import gateway
+
+    return gateway()
+
+
+def _pair_list(a: argparse.Namespace) -> int:
+    from klaw.cli.gateway_cmds import pair_list
+
+    return pair_list()
+
+
+def _pair_approve(a: argparse.Namespace) -> int:
+    from klaw.cli.gateway_cmds import pair_approve
+
+    return pair_approve(a.code)
+
+
+def _pair_revoke(a: argparse.Namespace) -> int:
+    from klaw.cli.gateway_cmds import pair_revoke
+
+    return pair_revoke(a.chat_id)
+
+
 def _status(a: argparse.Namespace) -> int:
     from klaw.cli.engine_cmds import status
 
@@ -158,6 +182,24 @@ def build_parser() -> argparse.ArgumentParser:
         "Run the engine daemon (owns klaw.db; Unix socket for gateway and CLI).",
         _engine,
     )
+    cmd(
+        sub,
+        "gateway",
+        "Run the gateway daemon (Telegram, console; buffers while the engine is down).",
+        _gateway,
+    )
+    pair = sub.add_parser(
+        "pair",
+        help="Approve or revoke chats that asked for access.",
+        description="Approve or revoke chats that asked for access.",
+    )
+    pair.set_defaults(handler=lambda a: _usage(pair))
+    psub = pair.add_subparsers(dest="pair_command", metavar="COMMAND")
+    cmd(psub, "list", "Pending pairing codes and approved chats.", _pair_list)
+    sp = cmd(psub, "approve", "Let the chat that got this pairing code in.", _pair_approve)
+    sp.add_argument("code")
+    sp = cmd(psub, "revoke", "Remove an approved chat (e.g. telegram_123456).", _pair_revoke)
+    sp.add_argument("chat_id")
     sp = cmd(sub, "status", "Ask the running engine how it is.", _status)
     sp.add_argument("--json", action="store_true", help="JSON output")
     sp = cmd(

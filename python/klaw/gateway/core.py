@@ -1,0 +1,458 @@
+"""The gateway's core: channels ⇄ engine, the logs, access and the buffer (§2.1–2.4).
+
+Inbound, for every channel alike:
+
+    channel update → unsupported? polite answer → allowed? (else pairing code)
+      → JSONL line (before anything else) → buffer (fsync) → engine, if connected
+
+Outbound (from the engine): allowlist check (refusal → `error` to the engine) →
+already in the log? (a re-sent reply: confirm, do not send twice) → channel send →
+JSONL lines (the turn's records, then the reply) → settle the answered messages in
+the buffer → `delivered` to the engine.
+
+The engine connection reconnects with backoff; after each `registered` the whole
+buffer is re-sent in order before new messages go out, under one write lock, so a
+chat's messages reach the engine in the order they arrived. Replies of one chat are
+handled one after another, in the order the engine sent them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from klaw.engine.loglines import inbound_line, outbound_line
+from klaw.engine.protocol import (
+    Command,
+    Delivered,
+    Error,
+    ErrorCode,
+    Inbound,
+    InboundMeta,
+    LineReader,
+    LogLine,
+    Message,
+    Outbound,
+    ProtocolError,
+    Register,
+    Registered,
+    Shutdown,
+    decode,
+    encode,
+    new_id,
+)
+from klaw.gateway.access import Access, Approvals, Pairings
+from klaw.gateway.buffer import Buffer
+from klaw.gateway.channel import Channel, ChannelSendError, Incoming
+from klaw.gateway.logbook import LogBook
+
+if TYPE_CHECKING:
+    from klaw.config import GatewayConfig
+    from klaw.paths import KlawPaths
+
+__all__ = ["MAX_INBOUND_CHARS", "Gateway", "GatewayTimings"]
+
+log = logging.getLogger("klaw.gateway")
+
+#: Longer texts are saved to the inbox and passed on as a file (nothing is lost).
+MAX_INBOUND_CHARS = 32_000
+PAIRING_TEXT = (
+    "Hi! This assistant is private. To get access, ask its owner to run:\nklaw pair approve {code}"
+)
+UNSUPPORTED_TEXT = (
+    "Sorry, I can't handle {kind} messages yet. Please send text, a photo or a document."
+)
+FAILED_TEXT = "Sorry, that message could not be processed: {reason}"
+
+
+@dataclass
+class GatewayTimings:
+    reconnect_initial_s: float = 0.2
+    reconnect_max_s: float = 10.0
+    register_timeout_s: float = 10.0
+    typing_every_s: float = 4.0
+    send_retries: int = 4
+    send_retry_initial_s: float = 1.0
+
+
+class Gateway:
+    def __init__(
+        self,
+        paths: KlawPaths,
+        config: GatewayConfig,
+        channels: Sequence[Channel],
+        *,
+        timings: GatewayTimings | None = None,
+    ) -> None:
+        self.paths = paths
+        self.config = config
+        self.channels = {c.name: c for c in channels}
+        self.timings = timings or GatewayTimings()
+        self.buffer = Buffer(paths.gateway_buffer)
+        self.logbook = LogBook(paths.conversations)
+        self.access = Access(config, Approvals(paths.approved_chats), Pairings(paths.pairing))
+        self.connected = asyncio.Event()
+        self.engine_pid: int | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._write_lock = asyncio.Lock()
+        self._chat_locks: dict[str, asyncio.Lock] = {}
+        self._typing: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._commands: list[tuple[str, str]] | None = None
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Listens on every channel and keeps the engine link until `stop` is set."""
+        tasks = [
+            asyncio.create_task(self._listen(ch), name=f"klaw-channel-{ch.name}")
+            for ch in self.channels.values()
+        ]
+        tasks.append(asyncio.create_task(self._engine_loop(), name="klaw-engine-link"))
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in [stopper, *tasks, *self._typing.values(), *self._tasks]:
+                task.cancel()
+            await asyncio.gather(
+                stopper, *tasks, *self._typing.values(), *self._tasks, return_exceptions=True
+            )
+            await self._disconnect()
+            for ch in self.channels.values():
+                with contextlib.suppress(Exception):
+                    await ch.close()
+
+    async def _listen(self, channel: Channel) -> None:
+        try:
+            await channel.listen(self.on_message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # One broken channel must not take the others down.
+            log.exception("channel %s stopped", channel.name)
+
+    def _spawn(self, coro: object, name: str) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro, name=name)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ inbound
+
+    async def on_message(self, inc: Incoming) -> None:
+        """The `OnMessage` callback of every channel; returns once the message is safe."""
+        channel = self.channels[inc.channel]
+        if inc.unsupported:
+            log.info("unsupported %s message %s from %s", inc.unsupported, inc.id, inc.chat_id)
+            await self._say(channel, inc.chat_id, UNSUPPORTED_TEXT.format(kind=inc.unsupported))
+            return
+        if not self.access.inbound_allowed(inc.channel, inc.chat_id):
+            await self._refuse(channel, inc)
+            return
+        self.access.note_inbound(inc.chat_id)
+        msg = await asyncio.to_thread(self._normalize, inc)
+        line = inbound_line(msg)
+        if self.logbook.has(msg.chat_id, line) and msg.id not in self.buffer:
+            log.info(
+                "message %s of %s was handled before: not forwarded again", msg.id, msg.chat_id
+            )
+            return
+        await asyncio.to_thread(self._keep, msg)
+        self._start_typing(msg.chat_id)
+        async with self._write_lock:
+            if self.connected.is_set():
+                await self._send_engine_locked(msg)
+
+    def _keep(self, msg: Inbound | Command) -> None:
+        self.logbook.write(msg.chat_id, [inbound_line(msg)])
+        self.buffer.add(msg)
+
+    def _normalize(self, inc: Incoming) -> Inbound | Command:
+        meta = InboundMeta(
+            sender=inc.sender,
+            sender_name=inc.sender_name,
+            group=inc.is_group,
+            reply_to=inc.reply_to,
+            attachments=list(inc.attachments),
+        )
+        if inc.kind == "command":
+            return Command(
+                id=inc.id,
+                channel=inc.channel,
+                chat_id=inc.chat_id,
+                ts=inc.ts,
+                name=inc.command,
+                args=inc.args,
+                meta=meta,
+            )
+        content = inc.content
+        if len(content) > MAX_INBOUND_CHARS:
+            content, meta = self._spill(inc, meta)
+        return Inbound(
+            id=inc.id,
+            channel=inc.channel,
+            chat_id=inc.chat_id,
+            ts=inc.ts,
+            content=content,
+            meta=meta,
+        )
+
+    def _spill(self, inc: Incoming, meta: InboundMeta) -> tuple[str, InboundMeta]:
+        """A text too long for one turn goes to the inbox as a file the model can read."""
+        from klaw.engine.protocol import Attachment
+
+        inbox = self.paths.inbox
+        inbox.mkdir(parents=True, exist_ok=True)
+        name = f"message-{inc.ts.strftime('%Y%m%d-%H%M%S')}-{new_id()[:8]}.txt"
+        path = inbox / name
+        data = inc.content.encode("utf-8", "replace")
+        path.write_bytes(data)
+        rel = str(Path("inbox") / name)
+        note = (
+            f"[This message was {len(inc.content)} characters long; the full text is in the "
+            f"file {rel}. Its beginning:]\n"
+        )
+        head = inc.content[:2000]
+        att = Attachment(path=rel, mime="text/plain", name=name, size=len(data))
+        return note + head, meta.model_copy(update={"attachments": [*meta.attachments, att]})
+
+    async def _refuse(self, channel: Channel, inc: Incoming) -> None:
+        if inc.is_group:
+            log.info("message from group %s ignored: not in allowedChatIds", inc.chat_id)
+            return
+        code = await asyncio.to_thread(
+            self.access.pairings.code_for, inc.chat_id, inc.sender, inc.sender_name
+        )
+        log.warning(
+            "unknown chat %s (%s): pairing code issued; approve with `klaw pair approve`",
+            inc.chat_id,
+            inc.sender_name or inc.sender or "?",
+        )
+        await self._say(channel, inc.chat_id, PAIRING_TEXT.format(code=code))
+
+    async def _say(self, channel: Channel, chat_id: str, text: str) -> None:
+        """A gateway notice (pairing, unsupported kind): sent, not logged, never fatal."""
+        try:
+            await channel.send(chat_id, text)
+        except ChannelSendError as exc:
+            log.warning("notice to %s not sent: %s", chat_id, exc)
+
+    # ------------------------------------------------------------------ typing
+
+    def _start_typing(self, chat_id: str) -> None:
+        task = self._typing.get(chat_id)
+        if task is None or task.done():
+            self._typing[chat_id] = asyncio.create_task(self._keep_typing(chat_id))
+
+    async def _keep_typing(self, chat_id: str) -> None:
+        channel = self.channels.get(chat_id.split("_", 1)[0])
+        if channel is None:
+            return
+        while any(m.chat_id == chat_id for m in self.buffer.pending()):
+            if self.connected.is_set():
+                try:
+                    await channel.typing(chat_id)
+                except Exception as exc:  # typing is cosmetic: never fail for it
+                    log.debug("typing for %s failed: %s", chat_id, exc)
+            await asyncio.sleep(self.timings.typing_every_s)
+
+    # ------------------------------------------------------------------ engine link
+
+    async def _engine_loop(self) -> None:
+        delay = self.timings.reconnect_initial_s
+        while True:
+            try:
+                reader, writer = await asyncio.open_unix_connection(str(self.paths.socket))
+            except OSError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.timings.reconnect_max_s)
+                continue
+            try:
+                lines = LineReader(reader)
+                if await self._register(lines, writer):
+                    delay = self.timings.reconnect_initial_s
+                    await self._read(lines)
+            except (ConnectionError, OSError) as exc:
+                log.warning("engine connection lost: %s", exc)
+            finally:
+                await self._disconnect(writer)
+            log.info("engine disconnected; %d message(s) buffered", len(self.buffer))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.timings.reconnect_max_s)
+
+    async def _register(self, lines: LineReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(encode(Register(channels=list(self.channels))))
+        await writer.drain()
+        line = await asyncio.wait_for(lines.readline(), self.timings.register_timeout_s)
+        if line is None:
+            return False
+        try:
+            reply = decode(line)
+        except ProtocolError as exc:
+            log.error("engine sent a bad registration reply: %s", exc)
+            return False
+        if isinstance(reply, Shutdown):
+            log.info("the engine is shutting down; retrying later")
+            return False
+        if not isinstance(reply, Registered):
+            log.error("engine answered register with %s", reply.type)
+            return False
+        self.engine_pid = reply.pid
+        commands = [(c.name, c.description) for c in reply.commands]
+        if commands != self._commands:
+            self._commands = commands
+            self._spawn(self._set_commands(commands), "klaw-set-commands")
+        async with self._write_lock:
+            self._writer = writer
+            # Replay everything unanswered, including what arrives meanwhile, before
+            # new messages may go out directly (they wait for this lock).
+            sent: set[str] = set()
+            while todo := [m for m in self.buffer.pending() if m.id not in sent]:
+                for msg in todo:
+                    await self._send_engine_locked(msg)
+                    sent.add(msg.id)
+                    self._start_typing(msg.chat_id)
+            self.connected.set()
+        log.info("connected to the engine (pid %d); re-sent %d message(s)", reply.pid, len(sent))
+        return True
+
+    async def _set_commands(self, commands: list[tuple[str, str]]) -> None:
+        for ch in self.channels.values():
+            try:
+                await ch.set_commands(commands)
+            except Exception as exc:
+                log.warning("could not register commands on %s: %s", ch.name, exc)
+
+    async def _disconnect(self, writer: asyncio.StreamWriter | None = None) -> None:
+        self.connected.clear()
+        writer = writer or self._writer
+        if self._writer is writer:
+            self._writer = None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    async def _send_engine_locked(self, msg: Message) -> None:
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            return
+        try:
+            writer.write(encode(msg))
+            await writer.drain()
+        except (ConnectionError, OSError) as exc:
+            log.warning("engine write failed: %s", exc)
+
+    async def _send_engine(self, msg: Message) -> None:
+        async with self._write_lock:
+            await self._send_engine_locked(msg)
+
+    async def _read(self, lines: LineReader) -> None:
+        while True:
+            try:
+                line = await lines.readline()
+            except ProtocolError as exc:
+                log.warning("bad line from the engine: %s", exc)
+                continue
+            if line is None:
+                return
+            if not line.strip():
+                continue
+            try:
+                msg = decode(line)
+            except ProtocolError as exc:
+                log.warning("bad message from the engine: %s", exc)
+                continue
+            if isinstance(msg, Outbound):
+                self._spawn(self._outbound(msg), f"klaw-outbound-{msg.id}")
+            elif isinstance(msg, Error):
+                await self._engine_error(msg)
+            elif isinstance(msg, Shutdown):
+                log.info("the engine is stopping: buffering until it is back")
+                return
+            else:
+                log.debug("ignoring %s from the engine", msg.type)
+
+    async def _engine_error(self, err: Error) -> None:
+        msg = self.buffer.get(err.ref) if err.ref else None
+        if msg is None:
+            log.warning("engine error %s (ref %s): %s", err.code, err.ref, err.message)
+            return
+        if err.code in (ErrorCode.SHUTTING_DOWN, ErrorCode.NOT_REGISTERED):
+            return  # stays buffered: re-sent after the next registration
+        await asyncio.to_thread(self.buffer.settle, [msg.id])
+        if err.code == ErrorCode.DUPLICATE:
+            return
+        log.error("the engine could not process %s: %s %s", msg.id, err.code, err.message)
+        channel = self.channels.get(msg.channel)
+        if channel is not None:
+            await self._say(channel, msg.chat_id, FAILED_TEXT.format(reason=err.message))
+
+    # ------------------------------------------------------------------ outbound
+
+    async def _outbound(self, out: Outbound) -> None:
+        lock = self._chat_locks.setdefault(out.chat_id, asyncio.Lock())
+        async with lock:
+            reply = await self._deliver(out)
+        await self._send_engine(reply)
+
+    async def _deliver(self, out: Outbound) -> Delivered | Error:
+        channel = self.channels.get(out.channel)
+        if channel is None:
+            return Error(
+                code=ErrorCode.REFUSED,
+                message=f"no channel {out.channel!r} on this gateway",
+                ref=out.id,
+            )
+        if not self.access.outbound_allowed(out.channel, out.chat_id):
+            log.warning("outbound to %s refused: not in allowedChatIds", out.chat_id)
+            return Error(
+                code=ErrorCode.REFUSED,
+                message=f"{out.chat_id} is not in allowedChatIds of channel {out.channel}",
+                ref=out.id,
+            )
+        line = outbound_line(out)
+        if self.logbook.has(out.chat_id, line):
+            # Sent before (the engine re-sent a stored reply): confirm, do not repeat.
+            await asyncio.to_thread(self.buffer.settle, out.answers)
+            return Delivered(ref=out.id)
+        failure: str | None = None
+        if out.content.strip():
+            failure = await self._send_with_retries(channel, out)
+        if failure is not None:
+            line = line.model_copy(update={"meta": {**line.meta, "undelivered": failure}})
+        await asyncio.to_thread(self._log_outbound, out, line)
+        if all(m.chat_id != out.chat_id for m in self.buffer.pending()):
+            task = self._typing.pop(out.chat_id, None)
+            if task is not None:
+                task.cancel()
+        if failure is not None:
+            return Error(code=ErrorCode.SEND_FAILED, message=failure, ref=out.id)
+        return Delivered(ref=out.id)
+
+    def _log_outbound(self, out: Outbound, line: LogLine) -> None:
+        self.logbook.write(out.chat_id, [*out.records, line])
+        self.buffer.settle(out.answers)
+
+    async def _send_with_retries(self, channel: Channel, out: Outbound) -> str | None:
+        """None once sent; else why it could not be (after retrying transient failures)."""
+        delay = self.timings.send_retry_initial_s
+        for attempt in range(self.timings.send_retries + 1):
+            try:
+                await channel.send(out.chat_id, out.content, reply_to=out.reply_to)
+                return None
+            except ChannelSendError as exc:
+                if exc.permanent or attempt == self.timings.send_retries:
+                    log.error("reply %s to %s not delivered: %s", out.id, out.chat_id, exc)
+                    return str(exc)
+                log.warning(
+                    "sending to %s failed (%s); retrying in %.0f s", out.chat_id, exc, delay
+                )
+                await asyncio.sleep(delay)
+                delay *= 2
+        return "not sent"
