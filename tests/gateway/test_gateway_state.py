@@ -1,0 +1,165 @@
+"""The gateway's files: the buffer of unanswered messages, the logs, access and pairing."""
+
+from __future__ import annotations
+
+import os
+import stat
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from klaw.cli.app import app
+from klaw.cli.testing import CliRunner
+from klaw.config import GatewayConfig
+from klaw.engine.loglines import inbound_line, outbound_line
+from klaw.engine.protocol import Command, Inbound, LogLine, Outbound
+from klaw.errors import InvalidInput
+from klaw.gateway.access import Access, Approvals, Pairings
+from klaw.gateway.buffer import Buffer
+from klaw.gateway.logbook import LogBook
+from klaw.memory.jsonl import read_jsonl
+from klaw.paths import KlawPaths
+
+TS = datetime(2026, 2, 24, 14, 30, tzinfo=UTC)
+
+
+def inbound(n: int, chat: str = "telegram_1", text: str = "hi") -> Inbound:
+    return Inbound(
+        id=f"m{n}", channel="telegram", chat_id=chat, ts=TS + timedelta(seconds=n), content=text
+    )
+
+
+# ---------------------------------------------------------------- buffer
+
+
+def test_buffer_survives_a_restart_in_order_and_clears(tmp_path: Path) -> None:
+    path = tmp_path / "gateway-buffer.jsonl"
+    buf = Buffer(path)
+    assert buf.add(inbound(1)) and buf.add(inbound(2, chat="telegram_2"))
+    assert buf.add(Command(id="c3", channel="telegram", chat_id="telegram_1", ts=TS, name="new"))
+    assert not buf.add(inbound(1))  # a redelivery is not a second entry
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+    again = Buffer(path)  # the gateway restarted
+    assert [m.id for m in again.pending()] == ["m1", "m2", "c3"]
+    assert [m.id for m in again.settle(["m2", "nope"])] == ["m2"]
+    assert [m.id for m in Buffer(path).pending()] == ["m1", "c3"]
+    again.settle(["m1", "c3"])
+    assert path.read_bytes() == b"" and len(Buffer(path)) == 0
+
+
+def test_a_torn_buffer_line_is_skipped_and_the_rest_kept(tmp_path: Path) -> None:
+    path = tmp_path / "gateway-buffer.jsonl"
+    buf = Buffer(path)
+    buf.add(inbound(1))
+    buf.add(inbound(2))
+    with open(path, "ab") as f:
+        f.write(b'{"type":"inbound","id":"m3","chan')  # power cut mid-write
+    with open(path, "rb") as f:
+        data = f.read()
+    path.write_bytes(data[:5] + b"\xff\xfe" + data[5:])  # and a corrupted first line
+    assert [m.id for m in Buffer(path).pending()] == ["m2"]
+
+
+# ---------------------------------------------------------------- logbook
+
+
+def test_logbook_never_writes_an_id_twice_even_after_restart(tmp_path: Path) -> None:
+    book = LogBook(tmp_path)
+    line = inbound_line(inbound(1))
+    assert book.write("telegram_1", [line, line]) == 1
+    out = Outbound(ts=TS, channel="telegram", chat_id="telegram_1", content="hello")
+    reply = outbound_line(out)
+    assert book.write("telegram_1", [line, reply]) == 1
+    assert LogBook(tmp_path).write("telegram_1", [line, reply]) == 0
+    (path,) = (tmp_path / "telegram_1").iterdir()
+    assert path.name == "2026-02-24.jsonl"
+    records = read_jsonl(path).records
+    assert [(r["id"], r["role"]) for r in records] == [("m1", "user"), (out.id, "assistant")]
+    assert records[0]["meta"] == {"channel": "telegram", "chat_id": "telegram_1"}
+    assert records[0]["ts"] == "2026-02-24T14:30:01Z"
+
+
+def test_logbook_refuses_a_hostile_chat_id(tmp_path: Path) -> None:
+    line = LogLine(id="x", ts=TS, role="user", content="hi")
+    with pytest.raises(InvalidInput):
+        LogBook(tmp_path).write("../../etc", [line])
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- access
+
+
+def config(**telegram: object) -> GatewayConfig:
+    return GatewayConfig.model_validate({"channels": {"telegram": telegram}})
+
+
+def access(tmp_path: Path, cfg: GatewayConfig) -> Access:
+    return Access(
+        cfg, Approvals(tmp_path / "allowed-chats.json"), Pairings(tmp_path / "pairing.json")
+    )
+
+
+def test_access_is_fail_closed_with_implicit_replies(tmp_path: Path) -> None:
+    a = access(tmp_path, config(allowedChatIds=["111", "telegram_222"]))
+    assert a.inbound_allowed("telegram", "telegram_111")
+    assert a.inbound_allowed("telegram", "telegram_222")
+    assert not a.inbound_allowed("telegram", "telegram_333")
+    assert a.inbound_allowed("console", "console_me")
+    # Outbound: listed chats, and chats that wrote to us in this run.
+    assert a.outbound_allowed("telegram", "telegram_111")
+    assert not a.outbound_allowed("telegram", "telegram_333")
+    a.note_inbound("telegram_333")
+    assert a.outbound_allowed("telegram", "telegram_333")
+    # A chat id is bound to its channel.
+    assert not a.outbound_allowed("console", "telegram_111")
+    assert not a.outbound_allowed("telegram", "discord_111")
+
+
+def test_allow_all_is_an_explicit_opt_in(tmp_path: Path) -> None:
+    assert not access(tmp_path, config()).inbound_allowed("telegram", "telegram_9")
+    assert access(tmp_path, config(allowAll=True)).inbound_allowed("telegram", "telegram_9")
+    # allowAll serves everyone, but the agent still may not start chats with strangers.
+    assert not access(tmp_path, config(allowAll=True)).outbound_allowed("telegram", "telegram_9")
+
+
+def test_pairing_codes_are_stable_per_chat_and_expire(tmp_path: Path) -> None:
+    now = [TS]
+    p = Pairings(tmp_path / "pairing.json", now=lambda: now[0])
+    code = p.code_for("telegram_5", "5", "Eve")
+    assert len(code) == 8 and p.code_for("telegram_5", "5", "Eve") == code
+    assert p.code_for("telegram_6", "6", None) != code
+    now[0] = TS + timedelta(hours=25)
+    assert p.list() == []
+    assert p.take(code) is None
+
+
+def test_pair_approve_and_revoke_through_the_cli(klaw_home: KlawPaths) -> None:
+    a = Access(config(), Approvals(klaw_home.approved_chats), Pairings(klaw_home.pairing))
+    code = a.pairings.code_for("telegram_77", "77", "Alice")
+    runner = CliRunner()
+    listed = runner.invoke(app, ["pair", "list"])
+    assert listed.exit_code == 0 and code in listed.stdout and "Alice" in listed.stdout
+    assert not a.inbound_allowed("telegram", "telegram_77")
+
+    bad = runner.invoke(app, ["pair", "approve", "NOPE1234"])
+    assert bad.exit_code == 1 and "no pending pairing code" in bad.stderr
+    ok = runner.invoke(app, ["pair", "approve", code.lower()])
+    assert ok.exit_code == 0, ok.stderr
+    assert a.inbound_allowed("telegram", "telegram_77")  # live, no restart
+    assert stat.S_IMODE(os.stat(klaw_home.approved_chats).st_mode) == 0o600
+    assert runner.invoke(app, ["pair", "approve", code]).exit_code == 1  # a code works once
+
+    assert runner.invoke(app, ["pair", "revoke", "telegram_77"]).exit_code == 0
+    assert not a.inbound_allowed("telegram", "telegram_77")
+    gone = runner.invoke(app, ["pair", "revoke", "telegram_77"])
+    assert gone.exit_code == 1 and "allowedChatIds" in gone.stderr
+
+
+def test_a_corrupt_approvals_file_is_a_clear_error(klaw_home: KlawPaths) -> None:
+    klaw_home.approved_chats.parent.mkdir(parents=True, exist_ok=True)
+    klaw_home.approved_chats.write_text("{not json")
+    result = CliRunner().invoke(app, ["pair", "list"])
+    assert result.exit_code == 1 and "allowed-chats.json is not valid JSON" in result.stderr
+    assert klaw_home.approved_chats.read_text() == "{not json"
