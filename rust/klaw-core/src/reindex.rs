@@ -165,11 +165,49 @@ enum Batch {
 
 const BATCH: usize = 8192;
 
-/// Per chat: first message time, and the last session_break's time and model.
+/// Per chat: first message time, the last session_break (its time starts the
+/// segment) and the latest line that named a model. The chat's model is a running
+/// state: a `model_switch` line sets it, a `session_break` with `meta.model` sets
+/// it, a `session_break` without one keeps it. Lines are ordered by (ts, order read).
 #[derive(Default)]
 struct SessionAcc {
     first: String,
-    segment: Option<(String, Option<String>)>,
+    segment: Option<String>,
+    model: Option<(String, u64, String)>,
+}
+
+impl SessionAcc {
+    fn see(&mut self, m: &MessageRow, model: Option<String>, seq: u64) {
+        if self.first.is_empty() || m.created_at < self.first {
+            self.first.clone_from(&m.created_at);
+        }
+        let kind = m.kind.as_deref();
+        if kind == Some("session_break")
+            && self.segment.as_ref().is_none_or(|ts| m.created_at >= *ts)
+        {
+            self.segment = Some(m.created_at.clone());
+        }
+        if !matches!(kind, Some("session_break" | "model_switch")) {
+            return;
+        }
+        let Some(model) = model.filter(|s| !s.trim().is_empty()) else {
+            return;
+        };
+        let later = self
+            .model
+            .as_ref()
+            .is_none_or(|(ts, s, _)| (m.created_at.as_str(), seq) >= (ts.as_str(), *s));
+        if later {
+            self.model = Some((m.created_at.clone(), seq, model));
+        }
+    }
+
+    /// (segment start, model) of the chat.
+    fn session<'a>(&'a self, default_model: &'a str) -> (&'a str, &'a str) {
+        let start = self.segment.as_deref().unwrap_or(&self.first);
+        let model = self.model.as_ref().map_or(default_model, |(_, _, m)| m);
+        (start, model)
+    }
 }
 
 type Sessions = std::collections::BTreeMap<String, SessionAcc>;
@@ -179,6 +217,7 @@ fn parse_files(
     tx: &mpsc::SyncSender<Batch>,
 ) -> std::io::Result<Sessions> {
     let mut sessions = Sessions::new();
+    let mut seq = 0u64;
     let mut buf = Vec::with_capacity(4096);
     for (chat_id, path) in files {
         let f = std::fs::File::open(&path)?;
@@ -196,18 +235,11 @@ fn parse_files(
             bytes += n as u64;
             match parse_line_meta(&buf, &chat_id) {
                 Ok((m, model)) => {
-                    let acc = sessions.entry(chat_id.clone()).or_default();
-                    if acc.first.is_empty() || m.created_at < acc.first {
-                        acc.first.clone_from(&m.created_at);
-                    }
-                    if m.kind.as_deref() == Some("session_break")
-                        && acc
-                            .segment
-                            .as_ref()
-                            .is_none_or(|(ts, _)| m.created_at >= *ts)
-                    {
-                        acc.segment = Some((m.created_at.clone(), model));
-                    }
+                    seq += 1;
+                    sessions
+                        .entry(chat_id.clone())
+                        .or_default()
+                        .see(&m, model, seq);
                     rows.push(m);
                 }
                 Err(reason) => {
@@ -422,16 +454,14 @@ pub fn rebuild_messages(
     mark("full-text built");
     // idx_messages_chat is maintained during the inserts: the writer has slack
     // while it waits for the full-text thread, so this beats a sort afterwards.
-    // Sessions: the segment starts at the last session_break of each chat.
+    // Sessions: the segment starts at the last session_break of each chat; the
+    // model is the last one a model_switch or session_break named (SessionAcc).
     {
         let mut ins = t.prepare(
             "INSERT INTO sessions(chat_id, model, segment_start, created_at) VALUES (?1, ?2, ?3, ?4)",
         )?;
         for (chat, acc) in &sessions {
-            let (start, model) = match &acc.segment {
-                Some((ts, model)) => (ts.as_str(), model.as_deref().unwrap_or(default_model)),
-                None => (acc.first.as_str(), default_model),
-            };
+            let (start, model) = acc.session(default_model);
             ins.execute(params![chat, model, start, acc.first])?;
             stats.sessions += 1;
         }
@@ -566,6 +596,102 @@ mod tests {
         assert_eq!(
             (m.id.as_str(), m.content.as_str(), m.channel.as_str()),
             ("2", "{\"a\":1}", "cli")
+        );
+    }
+
+    fn line(id: &str, ts: &str, kind: Option<&str>, model: Option<&str>) -> String {
+        let mut v = serde_json::json!({
+            "id": id, "ts": ts, "role": if kind.is_some() { "system" } else { "user" },
+            "content": "x", "meta": {"channel": "telegram"}
+        });
+        if let Some(k) = kind {
+            v["type"] = k.into();
+        }
+        if let Some(m) = model {
+            v["meta"]["model"] = m.into();
+        }
+        v.to_string()
+    }
+
+    /// Rebuilds from one chat's day files and returns (model, segment_start).
+    fn session_of(days: &[(&str, Vec<String>)]) -> (String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let chat = dir.path().join("data/conversations/telegram_1");
+        std::fs::create_dir_all(&chat).unwrap();
+        for (day, lines) in days {
+            std::fs::write(chat.join(format!("{day}.jsonl")), lines.join("\n") + "\n").unwrap();
+        }
+        let db = dir.path().join("klaw.db");
+        let stats = rebuild_into(&db, &dir.path().join("data"), 4, "default/m", false).unwrap();
+        assert_eq!(stats.sessions, 1);
+        let store = crate::store::Store::open(&db, 4, 1).unwrap();
+        let (model, start, _) = store.get_session("telegram_1").unwrap().unwrap();
+        store.close().unwrap();
+        (model, start)
+    }
+
+    const T: [&str; 5] = [
+        "2026-02-24T10:00:00Z",
+        "2026-02-24T10:01:00Z",
+        "2026-02-24T10:02:00Z",
+        "2026-02-24T10:03:00Z",
+        "2026-02-24T10:04:00Z",
+    ];
+
+    #[test]
+    fn session_model_follows_breaks_and_switches() {
+        let plain = |i: usize| line(&format!("m{i}"), T[i], None, None);
+        let brk = |i: usize, m| line(&format!("b{i}"), T[i], Some("session_break"), m);
+        let sw = |i: usize, m| line(&format!("s{i}"), T[i], Some("model_switch"), Some(m));
+        // No markers: the default model, the segment from the first message.
+        assert_eq!(
+            session_of(&[("2026-02-24", vec![plain(0), plain(1)])]),
+            ("default/m".into(), T[0].into())
+        );
+        // A break with a model, then a switch after it: the switched model.
+        assert_eq!(
+            session_of(&[(
+                "2026-02-24",
+                vec![plain(0), brk(1, Some("a/1")), plain(2), sw(3, "b/2")]
+            )]),
+            ("b/2".into(), T[1].into())
+        );
+        // A switch, then a later break without a model: the switch is kept.
+        assert_eq!(
+            session_of(&[(
+                "2026-02-24",
+                vec![plain(0), sw(1, "b/2"), plain(2), brk(3, None)]
+            )]),
+            ("b/2".into(), T[3].into())
+        );
+        // A switch, then a later break that names a model: the break's model.
+        assert_eq!(
+            session_of(&[(
+                "2026-02-24",
+                vec![sw(1, "b/2"), brk(2, Some("c/3")), plain(3)]
+            )]),
+            ("c/3".into(), T[2].into())
+        );
+        // Several switches across day files: the latest one wins.
+        assert_eq!(
+            session_of(&[
+                ("2026-02-24", vec![brk(0, None), sw(1, "b/2")]),
+                ("2026-02-25", vec![sw(2, "d/4"), plain(3)]),
+            ]),
+            ("d/4".into(), T[0].into())
+        );
+        // A switch line without meta.model changes nothing; order of lines in the
+        // file does not beat timestamps.
+        assert_eq!(
+            session_of(&[(
+                "2026-02-24",
+                vec![
+                    sw(3, "late/1"),
+                    sw(2, "early/1"),
+                    line("s9", T[4], Some("model_switch"), None)
+                ]
+            )]),
+            ("late/1".into(), T[2].into())
         );
     }
 }
