@@ -79,6 +79,8 @@ def engine_config(tmp_path: Path, url: str, **processing: Any) -> EngineConfig:
         "  default: fake/m",
         "  fallback: []",
         "llm:",
+        "  local:",
+        "    enabled: false",
         "  maxRetries: 0",
         "  initialBackoffMs: 0",
         "  requestTimeoutMs: 5000",

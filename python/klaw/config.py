@@ -227,7 +227,13 @@ class ProcessingConfig(_Section):
     max_tool_call_rounds: PositiveInt = 10
 
 
+class LocalModelConfig(_Section):
+    # Start the offline llama.cpp model when no provider has a key or answers (§ providers).
+    enabled: bool = True
+
+
 class LlmConfig(_Section):
+    local: LocalModelConfig = Field(default_factory=LocalModelConfig)
     max_retries: NonNegativeInt = 2
     request_timeout_ms: PositiveInt = 60000
     initial_backoff_ms: NonNegativeInt = 1000

@@ -106,10 +106,11 @@ def test_sections_in_order(tmp_path: Path) -> None:
         "## Instructions\ncontent of AGENTS.md",
         "## Environment Notes\ncontent of TOOLS.md",
         "## About the User\ncontent of USER.md",
-        "## Current Context",
         "## Core Memory\nUser:\n- name: Roman",
         "## Earlier in This Conversation\nWe talked about the trainer app.",
         "## Available Skills\n- web-search: Search the internet\n- code-review: Review checklist",
+        # Last, so the prefix before it stays cacheable between calls.
+        "## Current Context",
     ]
     positions = [text.index(h) for h in headings]
     assert positions == sorted(positions)
@@ -122,10 +123,10 @@ def test_sections_in_order(tmp_path: Path) -> None:
         "AGENTS.md",
         "TOOLS.md",
         "USER.md",
-        "context",
         "core_memory",
         "summary",
         "skills",
+        "context",
         "window",
     ]
 

@@ -483,15 +483,7 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
             cut_on_read.append(name)
         files.append((name, heading, body))
 
-    tail: list[tuple[str, str]] = [
-        (
-            "context",
-            _section(
-                "Current Context",
-                f"{_format_now(inp.now)}\nChannel: {inp.channel} ({inp.chat_kind} chat)",
-            ),
-        ),
-    ]
+    tail: list[tuple[str, str]] = []
     if private_ok and inp.core_memory.strip():
         tail.append(("core_memory", _section("Core Memory", inp.core_memory)))
     if inp.summary and inp.summary.strip():
@@ -500,6 +492,17 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
         lines = [f"- {name}: {' '.join(desc.split())}" for name, desc in inp.skills]
         lines.append("Load a skill's full instructions with `skill_load` before using it.")
         tail.append(("skills", _section("Available Skills", "\n".join(lines))))
+    # The clock goes last: what precedes it stays byte-identical between calls, so
+    # llama.cpp and providers' prompt caches reuse the prefix (docs/decisions.md).
+    tail.append(
+        (
+            "context",
+            _section(
+                "Current Context",
+                f"{_format_now(inp.now)}\nChannel: {inp.channel} ({inp.chat_kind} chat)",
+            ),
+        )
+    )
 
     # ---- the window, as units
     segment, before_break = _segment(inp.window)

@@ -30,6 +30,7 @@ from klaw.paths import KlawPaths
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
+    from klaw.llm.local import LocalModelServer
     from klaw.llm.router import Router
     from klaw.memory.api import Memory
     from klaw.tools.base import ToolRegistry
@@ -83,6 +84,7 @@ async def run(
     memory: Memory | None = None
     server: EngineServer | None = None
     router: Router | None = None
+    local: LocalModelServer | None = None
     pipeline = None
     try:
         if memory_factory is not None:
@@ -97,6 +99,11 @@ async def run(
         )
         if handler is None and config is not None and memory is not None:
             from klaw.llm.router import Router
+
+            if config.llm.local.enabled:
+                from klaw.llm.local import start_local_if_needed
+
+                config, local = await start_local_if_needed(config, paths)
 
             router = Router(config)
             for problem in router.check():
@@ -130,6 +137,8 @@ async def run(
                 await pipeline.aclose()
             if router is not None:
                 await router.aclose()
+            if local is not None:
+                await local.stop()
         finally:
             try:
                 if memory is not None:
