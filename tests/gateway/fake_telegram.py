@@ -220,6 +220,7 @@ class _Failure:
     status: int
     description: str
     retry_after: int | None
+    times: int
 
 
 @dataclass
@@ -320,8 +321,10 @@ class FakeTelegram:
                 if status == 429
                 else "Bad Request: scripted failure"
             )
-        for _ in range(times):
-            self._failures[method.lower()].append(_Failure(status, description, retry_after))
+        self._failures[method.lower()].append(_Failure(status, description, retry_after, times))
+
+    def clear_failures(self) -> None:
+        self._failures.clear()
 
     def add_chat(self, chat_id: int, *, chat_type: str = "private", title: str = "") -> None:
         self._chat(chat_id, chat_type, title)
@@ -521,6 +524,8 @@ class FakeTelegram:
         return calls()
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10) -> None:
+        """Waits until `predicate` holds; it is re-checked whenever the server's state changes,
+        so it must depend on that state only."""
         async with asyncio.timeout(timeout):
             while True:
                 changed = self._changed
@@ -581,7 +586,10 @@ class FakeTelegram:
         self._bump()
         failures = self._failures.get(method.lower())
         if failures:
-            failure = failures.popleft()
+            failure = failures[0]
+            failure.times -= 1
+            if failure.times <= 0:
+                failures.popleft()
             call.status = failure.status
             return _error(failure.status, failure.description, failure.retry_after)
         handler = getattr(self, f"_m_{method.lower()}", None)
@@ -650,8 +658,9 @@ class FakeTelegram:
         chat = self._target(params)
         text = str(params.get("text", ""))
         parse_mode = params.get("parse_mode")
+        entities: list[Entity] = []
         if parse_mode is None:
-            visible, entities = text, []
+            visible = text
         elif str(parse_mode).lower() == "html":
             try:
                 visible, entities = parse_html(text)

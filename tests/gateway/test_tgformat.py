@@ -120,7 +120,7 @@ def test_to_html_is_always_accepted_and_only_drops_characters(text: str) -> None
 
 
 plain = st.text(
-    st.characters(blacklist_characters="*_~`[\\#\r", blacklist_categories=("Cs",)), max_size=200
+    st.characters(exclude_characters="*_~`[\\#\r", exclude_categories=["Cs"]), max_size=200
 )
 
 

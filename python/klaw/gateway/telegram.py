@@ -1,0 +1,566 @@
+"""The Telegram channel: aiogram 3 long polling in, formatted replies out (design §2.4, §6.6).
+
+Polling is our own `getUpdates` loop rather than aiogram's Dispatcher so that an update
+is acknowledged (the offset moves past it) only after `on_message` returned: a crash in
+between means Telegram delivers it again, and the gateway dedupes by message id.
+
+Errors from aiogram are translated here: sending raises `ChannelSendError` (``permanent``
+when retrying cannot help), a channel that cannot run at all raises `TelegramError`.
+Rate limits (429) and network failures are retried a bounded number of times.
+Logs go to ``klaw.gateway.telegram`` and never contain message text at INFO or the token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import unicodedata
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, TypeVar
+
+import aiohttp
+from aiogram import Bot
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.enums import ChatAction, ContentType, ParseMode
+from aiogram.exceptions import (
+    AiogramError,
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramConflictError,
+    TelegramEntityTooLarge,
+    TelegramForbiddenError,
+    TelegramMigrateToChat,
+    TelegramNetworkError,
+    TelegramNotFound,
+    TelegramRetryAfter,
+    TelegramServerError,
+    TelegramUnauthorizedError,
+)
+from aiogram.types import BotCommand, Message, MessageEntity, ReplyParameters, Update
+from aiogram.utils.token import TokenValidationError
+
+from klaw.config import TelegramConfig
+from klaw.engine.protocol import Attachment, Quote
+from klaw.errors import KlawError
+from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
+from klaw.gateway.tgformat import split_message, to_html, visible_text
+
+__all__ = [
+    "FILE_TOO_LARGE",
+    "TelegramChannel",
+    "TelegramError",
+    "safe_filename",
+]
+
+log = logging.getLogger("klaw.gateway.telegram")
+
+T = TypeVar("T")
+
+# `Incoming.unsupported` for a photo or document over the size cap.
+FILE_TOO_LARGE: Final = "file_too_large"
+# Content a user sent that we cannot pass on: answered politely by the gateway. Anything
+# else that is neither text, photo nor document is a service message (joins, pins,
+# topic changes...) and is skipped without an answer.
+_UNSUPPORTED: Final = frozenset(
+    {
+        ContentType.ANIMATION,
+        ContentType.AUDIO,
+        ContentType.CHECKLIST,
+        ContentType.CONTACT,
+        ContentType.DICE,
+        ContentType.GAME,
+        ContentType.INVOICE,
+        ContentType.LIVE_PHOTO,
+        ContentType.LOCATION,
+        ContentType.PAID_MEDIA,
+        ContentType.POLL,
+        ContentType.STICKER,
+        ContentType.STORY,
+        ContentType.VENUE,
+        ContentType.VIDEO,
+        ContentType.VIDEO_NOTE,
+        ContentType.VOICE,
+    }
+)
+_GROUP_TYPES: Final = frozenset({"group", "supergroup"})
+_FILE_CHUNK: Final = 64 * 1024
+_NAME_BYTES: Final = 120  # sanitized name; the "telegram_{chat}_{msg}_" prefix fits in 255
+_DIGITS = re.compile(r"[0-9]+")
+
+
+class TelegramError(KlawError):
+    """Telegram cannot be used as configured, or an operation other than a send failed.
+
+    The message says what to fix (usually ``channels.telegram`` in gateway.yaml).
+    """
+
+
+class TelegramChannel:
+    """`Channel` over the Telegram Bot API (aiogram 3, long polling).
+
+    `inbox` is where photos and documents are saved (a folder inside the workspace).
+    `max_file_size` caps downloads (the Bot API itself serves at most 20 MB); bigger files
+    arrive as ``unsupported=FILE_TOO_LARGE``. `attempts` bounds the tries of one API call
+    (429 and network errors); `backoff`..`max_backoff` are the waits between network
+    retries, also while polling, which never gives up; a 429 longer than `max_retry_after`
+    fails the send at once instead of blocking it. An update whose `on_message` raised is
+    delivered again, at most `max_deliveries` times, then dropped with an error logged.
+    """
+
+    name = "telegram"
+
+    def __init__(
+        self,
+        config: TelegramConfig,
+        inbox: Path,
+        *,
+        max_file_size: int = 20 * 1024 * 1024,
+        poll_timeout: int = 30,
+        attempts: int = 5,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        max_retry_after: float = 60.0,
+        max_deliveries: int = 5,
+    ) -> None:
+        if not config.token:
+            raise TelegramError(
+                "no Telegram bot token: set channels.telegram.token in gateway.yaml"
+            )
+        self._token = config.token
+        session = AiohttpSession(api=TelegramAPIServer.from_base(config.api_server))
+        try:
+            self._bot = Bot(config.token, session=session)
+        except TokenValidationError:
+            raise TelegramError(
+                "channels.telegram.token in gateway.yaml is not a bot token "
+                "(expected the 123456:ABC... string from @BotFather)"
+            ) from None
+        self._inbox = inbox
+        self._max_file_size = max_file_size
+        self._poll_timeout = poll_timeout
+        self._attempts = max(1, attempts)
+        self._backoff = backoff
+        self._max_backoff = max_backoff
+        self._max_retry_after = max_retry_after
+        self._max_deliveries = max(1, max_deliveries)
+        self._username: str | None = None
+        self._offset: int | None = None  # next update to fetch: everything below is done
+        self._sent_offset: int | None = None  # the offset Telegram has last seen
+        self._deliveries: dict[int, int] = {}  # update_id → failed deliveries so far
+        self._listening = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ receiving
+
+    async def listen(self, on_message: OnMessage) -> None:
+        """Polls until cancelled (or closed); raises `TelegramError` if the token is rejected."""
+        self._listening = True
+        try:
+            await self._identify()
+            log.info("telegram: polling as @%s", self._username)
+            delay = self._backoff
+            while not self._closed:
+                try:
+                    updates = await self._bot.get_updates(
+                        offset=self._offset,
+                        timeout=self._poll_timeout,
+                        allowed_updates=["message"],
+                        request_timeout=int(self._bot.session.timeout + self._poll_timeout),
+                    )
+                except (TelegramUnauthorizedError, TelegramNotFound) as exc:
+                    raise self._fatal(exc) from None
+                except AiogramError as exc:
+                    delay = await self._pause("getUpdates", exc, delay)
+                    continue
+                self._sent_offset = self._offset
+                delay = self._backoff
+                for update in updates:
+                    if not await self._deliver(update, on_message):
+                        break  # poll again from the failed update: it is redelivered
+        finally:
+            self._listening = False
+
+    async def _identify(self) -> None:
+        delay = self._backoff
+        while self._username is None:
+            try:
+                me = await self._bot.get_me()
+            except (TelegramUnauthorizedError, TelegramNotFound) as exc:
+                raise self._fatal(exc) from None
+            except AiogramError as exc:
+                delay = await self._pause("getMe", exc, delay)
+                continue
+            self._username = me.username or ""
+
+    def _fatal(self, exc: TelegramAPIError) -> TelegramError:
+        return TelegramError(
+            f"Telegram refused the bot token ({self._redact(exc.message)}): check "
+            "channels.telegram.token and api_server in gateway.yaml"
+        )
+
+    async def _pause(self, what: str, exc: Exception, delay: float) -> float:
+        """Waits out a failed poll; returns the next backoff."""
+        if isinstance(exc, TelegramRetryAfter):
+            wait = float(exc.retry_after)
+        else:
+            wait = delay
+            delay = min(delay * 2, self._max_backoff)
+        hint = ""
+        if isinstance(exc, TelegramConflictError):
+            hint = " (another instance polls this bot, or a webhook is set)"
+        log.warning(
+            "telegram: %s failed: %s%s; retrying in %.1fs", what, self._describe(exc), hint, wait
+        )
+        await asyncio.sleep(wait)
+        return delay
+
+    async def _deliver(self, update: Update, on_message: OnMessage) -> bool:
+        """Handles one update; False when it failed and must be fetched again."""
+        update_id = update.update_id
+        try:
+            incoming = await self._normalise(update)
+            if incoming is not None:
+                await on_message(incoming)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            failures = self._deliveries.get(update_id, 0) + 1
+            if failures < self._max_deliveries:
+                self._deliveries[update_id] = failures
+                wait = min(self._backoff * 2 ** (failures - 1), self._max_backoff)
+                log.exception(
+                    "telegram: handling update %d failed (try %d of %d); redelivering in %.1fs",
+                    update_id,
+                    failures,
+                    self._max_deliveries,
+                    wait,
+                )
+                await asyncio.sleep(wait)
+                return False
+            log.exception(
+                "telegram: handling update %d failed %d times; dropping it", update_id, failures
+            )
+        self._deliveries.pop(update_id, None)
+        self._offset = update_id + 1
+        return True
+
+    async def _normalise(self, update: Update) -> Incoming | None:
+        msg = update.message
+        if msg is None:
+            return None
+        chat = msg.chat.id
+        kind = ContentType(msg.content_type)
+        ident = f"telegram_{chat}_{msg.message_id}"
+        attachments: list[Attachment] = []
+        unsupported: str | None = None
+        if kind == ContentType.PHOTO or kind == ContentType.DOCUMENT:
+            attachment = await self._save_file(msg, ident)
+            if attachment is None:
+                unsupported = FILE_TOO_LARGE
+            else:
+                attachments.append(attachment)
+        elif kind in _UNSUPPORTED:
+            unsupported = kind.value
+        elif kind != ContentType.TEXT:
+            log.debug("telegram: skipping %s message %s", kind.value, ident)
+            return None
+        text = msg.text if msg.text is not None else (msg.caption or "")
+        entities = msg.entities if msg.text is not None else msg.caption_entities
+        command = self._command(text, entities or [])
+        user = msg.from_user
+        log.debug("telegram: update %d: %s %s", update.update_id, kind.value, ident)
+        return Incoming(
+            id=ident,
+            channel=self.name,
+            chat_id=f"telegram_{chat}",
+            ts=_utc(msg.date),
+            content=text,
+            kind="command" if command else "inbound",
+            command=command[0] if command else "",
+            args=command[1] if command else "",
+            sender=str(user.id) if user else None,
+            sender_name=user.full_name if user else None,
+            is_group=msg.chat.type in _GROUP_TYPES,
+            reply_to=_quote(msg),
+            attachments=tuple(attachments),
+            unsupported=unsupported,
+        )
+
+    def _command(self, text: str, entities: Sequence[MessageEntity]) -> tuple[str, str] | None:
+        """``/name@bot args`` → (name, args) when a bot_command entity starts the text."""
+        head = next((e for e in entities if e.type == "bot_command" and e.offset == 0), None)
+        if head is None:
+            return None
+        word = _utf16_prefix(text, head.length)
+        name, _, mention = word[1:].partition("@")
+        if mention and mention.lower() != (self._username or "").lower():
+            return None  # /cmd@other_bot in a group is for another bot: plain text to us
+        return name.lower(), text[len(word) :].strip()
+
+    async def _save_file(self, msg: Message, ident: str) -> Attachment | None:
+        """Downloads the photo (largest size under the cap) or document; None if too big."""
+        if msg.photo:
+            fitting = [
+                p for p in msg.photo if p.file_size is None or p.file_size <= self._max_file_size
+            ]
+            if not fitting:
+                return None
+            best = max(fitting, key=lambda p: p.width * p.height)
+            return await self._download(best.file_id, ident, "photo.jpg", None, "image/jpeg")
+        doc = msg.document
+        if doc is None:
+            return None
+        if doc.file_size is not None and doc.file_size > self._max_file_size:
+            return None
+        return await self._download(doc.file_id, ident, doc.file_name, doc.file_name, doc.mime_type)
+
+    async def _download(
+        self, file_id: str, ident: str, name: str | None, original: str | None, mime: str | None
+    ) -> Attachment | None:
+        try:
+            info = await self._call("getFile", lambda: self._bot.get_file(file_id))
+        except TelegramBadRequest as exc:
+            if "too big" in exc.message.lower():
+                return None
+            raise TelegramError(f"getFile failed: {self._describe(exc)}") from exc
+        except AiogramError as exc:
+            raise TelegramError(f"getFile failed: {self._describe(exc)}") from exc
+        if info.file_size is not None and info.file_size > self._max_file_size:
+            return None
+        if not info.file_path:
+            raise TelegramError("getFile returned no file_path; the file cannot be downloaded")
+        self._inbox.mkdir(parents=True, exist_ok=True)
+        target = self._inbox / f"{ident}_{safe_filename(name)}"
+        partial = target.with_name(target.name + ".part")
+        url = self._bot.session.api.file_url(self._bot.token, info.file_path)
+        size = 0
+        try:
+            stream = self._bot.session.stream_content(url, timeout=60, chunk_size=_FILE_CHUNK)
+            async with contextlib.aclosing(stream) as chunks:
+                with partial.open("wb") as out:
+                    async for chunk in chunks:
+                        size += len(chunk)
+                        if size > self._max_file_size:
+                            break
+                        out.write(chunk)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            partial.unlink(missing_ok=True)
+            # never the exception text: it holds the URL, and the URL holds the token
+            raise TelegramError(f"downloading {ident} failed: {type(exc).__name__}") from None
+        if size > self._max_file_size:
+            partial.unlink(missing_ok=True)
+            return None
+        os.replace(partial, target)
+        log.debug("telegram: saved %d bytes for %s", size, ident)
+        return Attachment(path=str(target), mime=mime, name=_clean_name(original), size=size)
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> None:
+        """Sends `text` as HTML parts; a part Telegram cannot parse goes as plain text."""
+        chat = self._platform_chat(chat_id)
+        parts = split_message(text)
+        if not parts:
+            log.debug("telegram: nothing to send to %s (empty text)", chat_id)
+            return
+        reply = _reply_id(chat_id, reply_to)
+        for index, part in enumerate(parts):
+            params = None
+            if index == 0 and reply is not None:
+                params = ReplyParameters(message_id=reply, allow_sending_without_reply=True)
+            try:
+                await self._send_part(chat, part, params)
+            except AiogramError as exc:
+                done = f" ({index} of {len(parts)} parts delivered)" if index else ""
+                raise self._send_error(exc, f"sending to {chat_id}{done}") from exc
+        log.debug("telegram: sent %d part(s) to %s", len(parts), chat_id)
+
+    async def _send_part(self, chat: int, part: str, params: ReplyParameters | None) -> None:
+        html = to_html(part)
+        if visible_text(html).strip():  # else Telegram says "message text is empty"
+            try:
+                await self._call(
+                    "sendMessage",
+                    lambda: self._bot.send_message(
+                        chat, html, parse_mode=ParseMode.HTML, reply_parameters=params
+                    ),
+                )
+                return
+            except TelegramBadRequest as exc:
+                if "can't parse entities" not in exc.message.lower():
+                    raise
+                log.warning("telegram: HTML rejected (%s); sending as plain text", exc.message)
+        await self._call(
+            "sendMessage",
+            lambda: self._bot.send_message(chat, part, parse_mode=None, reply_parameters=params),
+        )
+
+    async def typing(self, chat_id: str) -> None:
+        """One "typing…" action, not retried (the gateway repeats it anyway)."""
+        chat = self._platform_chat(chat_id)
+        try:
+            await self._bot.send_chat_action(chat, ChatAction.TYPING)
+        except AiogramError as exc:
+            raise self._send_error(exc, f"typing in {chat_id}") from exc
+
+    async def set_commands(self, commands: Sequence[tuple[str, str]]) -> None:
+        """setMyCommands; an empty description becomes the name (Telegram requires one)."""
+        menu = [
+            BotCommand(command=name, description=(description.strip() or name)[:256])
+            for name, description in commands
+        ]
+        try:
+            await self._call("setMyCommands", lambda: self._bot.set_my_commands(menu))
+        except AiogramError as exc:
+            raise TelegramError(
+                f"registering the command menu failed: {self._describe(exc)}"
+            ) from exc
+
+    async def close(self) -> None:
+        """Acknowledges handled updates and closes the HTTP session.
+
+        Cancel `listen` first; a `listen` still running stops after its current poll.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if not self._listening and self._offset is not None and self._offset != self._sent_offset:
+            # Without this the last batch would be delivered again after a restart.
+            with contextlib.suppress(AiogramError, TimeoutError):
+                await self._bot.get_updates(
+                    offset=self._offset, limit=1, timeout=0, request_timeout=5
+                )
+        await self._bot.session.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
+        """Runs one API call, retrying 429s and network/server errors up to `attempts`."""
+        delay = self._backoff
+        for attempt in range(1, self._attempts + 1):
+            try:
+                return await make()
+            except TelegramRetryAfter as exc:
+                if attempt == self._attempts or exc.retry_after > self._max_retry_after:
+                    raise
+                wait = float(exc.retry_after)
+            except (TelegramNetworkError, TelegramServerError) as exc:
+                if attempt == self._attempts or isinstance(exc, TelegramEntityTooLarge):
+                    raise
+                wait, delay = delay, min(delay * 2, self._max_backoff)
+            log.warning(
+                "telegram: %s failed (try %d of %d); retrying in %.1fs",
+                what,
+                attempt,
+                self._attempts,
+                wait,
+            )
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _send_error(self, exc: Exception, what: str) -> ChannelSendError:
+        permanent = isinstance(
+            exc,
+            TelegramForbiddenError
+            | TelegramNotFound
+            | TelegramBadRequest
+            | TelegramUnauthorizedError
+            | TelegramMigrateToChat
+            | TelegramEntityTooLarge,
+        )
+        if isinstance(exc, TelegramForbiddenError):
+            advice = "the bot was blocked or removed from the chat"
+        elif isinstance(exc, TelegramMigrateToChat):
+            advice = f"the group became a supergroup: use telegram_{exc.migrate_to_chat_id}"
+        elif isinstance(exc, TelegramRetryAfter):
+            advice = f"rate limited for {exc.retry_after}s"
+        elif permanent:
+            advice = "Telegram refused the message"
+        else:
+            advice = "Telegram could not be reached; try again later"
+        return ChannelSendError(
+            f"{what} failed: {advice}: {self._describe(exc)}", permanent=permanent
+        )
+
+    def _describe(self, exc: Exception) -> str:
+        text = exc.message if isinstance(exc, TelegramAPIError) else str(exc)
+        return f"{type(exc).__name__}: {self._redact(text)}"
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._token, "<token>")
+
+    def _platform_chat(self, chat_id: str) -> int:
+        try:
+            return int(platform_id(self.name, chat_id))
+        except ValueError:
+            raise ChannelSendError(
+                f"{chat_id!r} is not a Telegram chat id (telegram_<number>)", permanent=True
+            ) from None
+
+
+# ---------------------------------------------------------------------- module helpers
+
+
+def safe_filename(name: str | None, default: str = "file") -> str:
+    """A file name that stays inside its folder: no separators, no leading dots, no
+    control characters, at most 120 UTF-8 bytes with the extension kept."""
+    name = unicodedata.normalize("NFC", name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch if ch.isalnum() or ch in "-_.+=@,() " else "_" for ch in name)
+    name = re.sub(r"_{2,}", "_", name).strip(" ._")
+    if not name:
+        name = default
+    stem, dot, ext = name.rpartition(".")
+    if not stem or len(ext) > 16:
+        stem, dot, ext = name, "", ""
+    suffix = dot + ext
+    budget = _NAME_BYTES - len(suffix.encode())
+    stem = stem.encode()[:budget].decode(errors="ignore").rstrip(" ._")
+    return (stem or default) + suffix
+
+
+def _clean_name(name: str | None) -> str | None:
+    """The name as the user sent it, without control characters, for display."""
+    if not name:
+        return None
+    cleaned = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")
+    return cleaned[:255] or None
+
+
+def _quote(msg: Message) -> Quote | None:
+    reply = msg.reply_to_message
+    if reply is None or (msg.is_topic_message and reply.forum_topic_created is not None):
+        return None  # in forum topics every message "replies" to the topic's first one
+    quoted = msg.quote.text if msg.quote else (reply.text or reply.caption or "")
+    return Quote(
+        id=f"telegram_{reply.chat.id}_{reply.message_id}",
+        sender=str(reply.from_user.id) if reply.from_user else None,
+        content=quoted,
+    )
+
+
+def _reply_id(chat_id: str, reply_to: str | None) -> int | None:
+    """``telegram_123_45`` → 45 when the id is a message of `chat_id`, else None."""
+    prefix = f"{chat_id}_"
+    if reply_to and reply_to.startswith(prefix) and _DIGITS.fullmatch(reply_to[len(prefix) :]):
+        return int(reply_to[len(prefix) :])
+    return None
+
+
+def _utf16_prefix(text: str, units: int) -> str:
+    """The first `units` UTF-16 code units of `text` (entity offsets are in UTF-16)."""
+    count = 0
+    for i, ch in enumerate(text):
+        if count >= units:
+            return text[:i]
+        count += 2 if ord(ch) > 0xFFFF else 1
+    return text
+
+
+def _utc(ts: datetime) -> datetime:
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
