@@ -3,6 +3,7 @@ engine.yaml pointing at it: for engine and gateway tests that need a model."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import deque
 from pathlib import Path
@@ -21,6 +22,8 @@ class FakeLLM:
         self.requests: list[Any] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.arrived = asyncio.Event()  # set on every request (tests clear it)
+        self.hold: asyncio.Event | None = None  # while set to an unset Event, requests wait
 
     def answer(self, content: str | None, tool_calls: list[dict[str, Any]] | None = None) -> None:
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -51,6 +54,9 @@ class FakeLLM:
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.requests.append(json.loads(await request.text()))
+        self.arrived.set()
+        if self.hold is not None:
+            await self.hold.wait()
         if not self.replies:
             return web.json_response({"error": {"message": "no scripted reply"}}, status=500)
         status, body = self.replies.popleft()
@@ -65,6 +71,12 @@ def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
 
 
 def engine_config(tmp_path: Path, url: str, **processing: Any) -> EngineConfig:
+    path = write_engine_yaml(tmp_path / "engine-test.yaml", url, **processing)
+    return load_engine_config(path)
+
+
+def write_engine_yaml(path: Path, url: str, **processing: Any) -> Path:
+    """An engine.yaml whose only model is `fake/m` at `url` (no offline model)."""
     proc = {"debounceMs": 50, "maxConcurrentLlm": 2, "maxToolCallRounds": 3, **processing}
     lines = [
         "providers:",
@@ -87,6 +99,5 @@ def engine_config(tmp_path: Path, url: str, **processing: Any) -> EngineConfig:
         "processing:",
         *(f"  {k}: {v}" for k, v in proc.items()),
     ]
-    path = tmp_path / "engine-test.yaml"
     path.write_text("\n".join(lines) + "\n")
-    return load_engine_config(path)
+    return path

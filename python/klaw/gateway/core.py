@@ -78,6 +78,7 @@ class GatewayTimings:
     typing_every_s: float = 4.0
     send_retries: int = 4
     send_retry_initial_s: float = 1.0
+    drain_s: float = 30.0  # at shutdown, how long replies being sent may take
 
 
 class Gateway:
@@ -118,11 +119,16 @@ class Gateway:
         try:
             await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in [stopper, *tasks, *self._typing.values(), *self._tasks]:
+            # Stop taking updates first, then let replies being sent finish and be
+            # logged (a reply sent but not logged would be sent again after restart).
+            for task in [stopper, *tasks, *self._typing.values()]:
                 task.cancel()
-            await asyncio.gather(
-                stopper, *tasks, *self._typing.values(), *self._tasks, return_exceptions=True
-            )
+            await asyncio.gather(stopper, *tasks, *self._typing.values(), return_exceptions=True)
+            if self._tasks:
+                _, late = await asyncio.wait(list(self._tasks), timeout=self.timings.drain_s)
+                for task in late:
+                    task.cancel()
+                await asyncio.gather(*late, return_exceptions=True)
             await self._disconnect()
             for ch in self.channels.values():
                 with contextlib.suppress(Exception):

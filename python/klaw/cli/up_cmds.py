@@ -1,0 +1,128 @@
+"""`klaw up`: engine + gateway as child processes, and `klaw chat` in the foreground.
+
+What `make run` starts. The daemons log to `$XDG_STATE_HOME/klaw/logs/{engine,
+gateway}.log`; a daemon that is already running (e.g. under systemd) is used as it
+is. Leaving the chat (Ctrl-D, /quit) or Ctrl-C stops the daemons this command
+started: SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from klaw.paths import KlawPaths
+
+START_TIMEOUT_S = 120.0  # the first start may build the model cache
+STOP_TIMEOUT_S = 70.0  # the engine waits up to 60 s for in-flight replies
+
+
+def _err(msg: str) -> int:
+    print(f"klaw: {msg}", file=sys.stderr)
+    return 1
+
+
+def _alive(path: Path) -> bool:
+    import socket
+
+    if not path.exists():
+        return False
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(1.0)
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def _spawn(name: str, paths: KlawPaths) -> subprocess.Popen[bytes]:
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    print(f"starting the {name} (log: {paths.logs / f'{name}.log'})", file=sys.stderr)
+    # The child keeps its own copy of the descriptor; ours is closed on return.
+    with open(paths.logs / f"{name}.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "klaw.cli.app", name],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # stopped in order by us, not by the tty's Ctrl-C
+        )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[bytes], name: str, paths: KlawPaths) -> bool:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if _alive(path):
+            return True
+        if proc.poll() is not None:
+            tail = _tail(paths.logs / f"{name}.log")
+            print(f"klaw: the {name} exited with code {proc.returncode}:\n{tail}", file=sys.stderr)
+            return False
+        time.sleep(0.1)
+    print(f"klaw: the {name} did not start within {START_TIMEOUT_S:.0f} s", file=sys.stderr)
+    return False
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
+    # Gateway first: it stops polling and keeps its buffer; then the engine.
+    for name, proc in procs:
+        if proc.poll() is None:
+            print(f"stopping the {name}", file=sys.stderr)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def up() -> int:
+    paths = KlawPaths.from_env()
+    if not paths.engine_config.exists():
+        from klaw.cli.setup_cmds import init
+
+        if init(None) != 0:
+            return 1
+    started: list[tuple[str, subprocess.Popen[bytes]]] = []
+    try:
+        if _alive(paths.socket):
+            print("using the running engine", file=sys.stderr)
+        else:
+            engine = _spawn("engine", paths)
+            started.insert(0, ("engine", engine))
+            if not _wait_for(paths.socket, engine, "engine", paths):
+                return 1
+        if _alive(paths.console_socket):
+            print("using the running gateway", file=sys.stderr)
+        else:
+            gw = _spawn("gateway", paths)
+            started.insert(0, ("gateway", gw))
+            if not _wait_for(paths.console_socket, gw, "gateway", paths):
+                return 1
+        from klaw.cli.chat_cmds import chat
+
+        return chat()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        # Ctrl-C while stopping must not leave orphans behind.
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            _stop(started)
+        finally:
+            signal.signal(signal.SIGINT, old)
+        if started:
+            print("stopped", file=sys.stderr)

@@ -1,0 +1,134 @@
+"""`klaw gateway`: the gateway daemon's life cycle (design §2.4, conventions "Daemons").
+
+    lock → config → channels → run until SIGTERM/SIGINT → close channels → release
+
+One gateway at a time (a `flock` on `gateway.lock`): two would both poll Telegram
+and both write the logs. The engine may be up or down; the gateway buffers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+from collections.abc import Callable, Sequence
+
+from klaw.config import GatewayConfig, load_gateway_config
+from klaw.errors import ConfigError, KlawError
+from klaw.gateway.channel import Channel
+from klaw.gateway.core import Gateway, GatewayTimings
+from klaw.paths import KlawPaths
+
+__all__ = ["build_channels", "main", "run"]
+
+log = logging.getLogger("klaw.gateway")
+
+
+class GatewayLocked(KlawError):
+    """Another gateway is running."""
+
+
+def _lock(paths: KlawPaths) -> int:
+    path = paths.gateway_lock
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise GatewayLocked(
+            f"another gateway is already running ({holder}, lock {path}); stop it first "
+            "(`systemctl --user stop klaw-gateway`)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}".encode())
+    return fd
+
+
+def build_channels(paths: KlawPaths, config: GatewayConfig) -> list[Channel]:
+    """The channels gateway.yaml enables (Telegram only with a token)."""
+    channels: list[Channel] = []
+    tg = config.channels.telegram
+    if tg.active:
+        from klaw.gateway.telegram import TelegramChannel, TelegramError
+
+        try:
+            channels.append(TelegramChannel(tg, paths.inbox))
+        except TelegramError as exc:
+            # A bad token must not take the console down with it.
+            log.error("Telegram is off: %s", exc)
+    elif tg.enabled:
+        log.info("Telegram is off: no bot token (set TELEGRAM_BOT_TOKEN)")
+    if config.channels.console.enabled:
+        from klaw.gateway.console import ConsoleChannel
+
+        channels.append(ConsoleChannel(paths.console_socket))
+    return channels
+
+
+async def run(
+    paths: KlawPaths,
+    config: GatewayConfig,
+    *,
+    channels: Sequence[Channel] | None = None,
+    stop: asyncio.Event | None = None,
+    timings: GatewayTimings | None = None,
+    started: Callable[[Gateway], None] | None = None,
+) -> int:
+    """Runs the gateway until `stop` (or a signal); returns the exit code."""
+    try:
+        fd = _lock(paths)
+    except GatewayLocked as exc:
+        log.error("%s", exc)
+        return 1
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    try:
+        chans = list(channels) if channels is not None else build_channels(paths, config)
+        if not chans:
+            log.error(
+                "no channel is enabled: set TELEGRAM_BOT_TOKEN or enable the console "
+                "channel in gateway.yaml"
+            )
+            return 1
+        gateway = Gateway(paths, config, chans, timings=timings)
+        if stop is None:
+            stop = asyncio.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+        log.info(
+            "gateway started (pid %d; channels: %s)", os.getpid(), ", ".join(c.name for c in chans)
+        )
+        if started is not None:
+            started(gateway)
+        await gateway.run(stop)
+        log.info("gateway stopped")
+        return 0
+    except KlawError as exc:
+        log.error("the gateway could not start: %s", exc)
+        return 1
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def main(paths: KlawPaths | None = None) -> int:
+    """Blocking entry point for `klaw gateway`: logs to stderr, returns the exit code."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # aiogram logs every update at INFO with its content: keep message text out.
+    logging.getLogger("aiogram").setLevel(logging.WARNING)
+    paths = paths or KlawPaths.from_env()
+    try:
+        config = load_gateway_config(paths.gateway_config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 1
+    return asyncio.run(run(paths, config))

@@ -1,0 +1,410 @@
+"""Gateway end to end: the fake Telegram Bot API (through aiogram), the real gateway,
+the real engine (in this loop, or as a process killed with SIGKILL), klaw.db with the
+real embedding model, and a scripted OpenAI-compatible model server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_telegram import TOKEN, FakeTelegram
+
+from klaw.cli.app import app
+from klaw.cli.testing import CliRunner
+from klaw.config import EngineConfig, GatewayConfig
+from klaw.engine.daemon import run as run_engine
+from klaw.gateway.core import Gateway, GatewayTimings
+from klaw.gateway.daemon import run as run_gateway
+from klaw.gateway.telegram import TelegramChannel
+from klaw.memory import Memory
+from klaw.memory.jsonl import chat_files, read_jsonl
+from klaw.paths import KlawPaths
+from scripted_llm import FakeLLM, call, engine_config, write_engine_yaml
+
+T = 20.0
+OWNER = 100
+CHAT = f"telegram_{OWNER}"
+FAST = GatewayTimings(reconnect_initial_s=0.02, reconnect_max_s=0.2, typing_every_s=0.2)
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    server = FakeLLM()
+    await server.start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+def config(tmp_path: Path, llm: FakeLLM) -> EngineConfig:
+    return engine_config(tmp_path, llm.url, debounceMs=0)
+
+
+@pytest.fixture
+def open_memory(klaw_home: KlawPaths, backend: Any, config: EngineConfig) -> Callable[[], Memory]:
+    return lambda: Memory.open(paths=klaw_home, config=config, backend=backend)
+
+
+def gateway_config(fake: FakeTelegram, **telegram: Any) -> GatewayConfig:
+    return GatewayConfig.model_validate(
+        {
+            "channels": {
+                "telegram": {
+                    "token": TOKEN,
+                    "apiServer": fake.url,
+                    "allowedChatIds": [str(OWNER)],
+                    **telegram,
+                },
+                "console": {"enabled": False},
+            }
+        }
+    )
+
+
+@contextlib.asynccontextmanager
+async def engine_running(paths: KlawPaths, **kwargs: Any) -> AsyncIterator[None]:
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_engine(paths, stop=stop, ready=ready, **kwargs))
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait({task, waiter}, timeout=T, return_when=asyncio.FIRST_COMPLETED)
+    assert ready.is_set(), f"engine did not start: {task.result() if task.done() else '?'}"
+    try:
+        yield
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, T) == 0
+
+
+@contextlib.asynccontextmanager
+async def gateway_running(
+    paths: KlawPaths, fake: FakeTelegram, cfg: GatewayConfig | None = None
+) -> AsyncIterator[Gateway]:
+    cfg = cfg or gateway_config(fake)
+    channel = TelegramChannel(
+        cfg.channels.telegram, paths.inbox, backoff=0.01, max_backoff=0.05, poll_timeout=5
+    )
+    stop = asyncio.Event()
+    got: list[Gateway] = []
+    task = asyncio.create_task(
+        run_gateway(paths, cfg, channels=[channel], stop=stop, timings=FAST, started=got.append)
+    )
+    await asyncio.wait_for(_until(lambda: bool(got) or task.done()), T)
+    assert got, f"gateway did not start: {task.result()}"
+    try:
+        yield got[0]
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, T) == 0
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)
+
+
+def log_lines(paths: KlawPaths, chat: str = CHAT) -> list[dict[str, Any]]:
+    return [r for f in chat_files(paths.conversations, chat) for r in read_jsonl(f).records]
+
+
+async def test_a_telegram_message_is_answered_and_logged_exactly(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+    backend: Any,
+) -> None:
+    fake = fake_telegram
+    llm.answer(None, [call("c1", "current_time", "{}")])
+    llm.answer("It is **tea time**.")
+    async with (
+        engine_running(klaw_home, memory_factory=open_memory, config=config),
+        gateway_running(klaw_home, fake) as gw,
+    ):
+        await asyncio.wait_for(gw.connected.wait(), T)
+        commands = await fake.wait_calls("setMyCommands")
+        assert "new" in json.dumps(commands[0].params)
+        fake.text(OWNER, "What time is it?")
+        (sent,) = await fake.wait_sent(OWNER, 1, T)
+        assert sent.visible == "It is tea time." and sent.parse_mode == "HTML"
+        assert "<b>tea time</b>" in sent.text
+        assert fake.calls_of("sendChatAction")  # typing while the engine worked
+        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+    lines = log_lines(klaw_home)
+    assert [(r["role"], r.get("type")) for r in lines] == [
+        ("user", None),
+        ("assistant", None),  # the tool call
+        ("tool", None),
+        ("assistant", None),  # the reply
+    ]
+    assert lines[0]["content"] == "What time is it?"
+    assert lines[3]["content"] == "It is **tea time**."
+    assert lines[3]["meta"]["model"] == "fake/m" and lines[3]["meta"]["tokens_in"] == 20
+    # The store holds the same rows as the log, id for id, in the same order.
+    mem = open_memory()
+    try:
+        rows = mem.store.recent_messages(CHAT, None, 50)
+        assert [(r[0], r[3], r[7]) for r in rows] == [(r["id"], r["role"], r["ts"]) for r in lines]
+    finally:
+        mem.close()
+    # `klaw reindex` rebuilds the same rows from the files alone.
+    from klaw.memory.reindex import rebuild
+
+    klaw_home.db.unlink()
+    rebuild(klaw_home, config, backend=backend, progress=False)
+    mem = open_memory()
+    try:
+        rebuilt = mem.store.recent_messages(CHAT, None, 50)
+        assert [(r[0], r[3], r[5], r[7]) for r in rebuilt] == [
+            (r[0], r[3], r[5], r[7]) for r in rows
+        ]
+    finally:
+        mem.close()
+
+
+async def test_new_is_logged_with_its_break_and_survives_reindex(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+    backend: Any,
+) -> None:
+    fake = fake_telegram
+    llm.answer("One.")
+    llm.answer("Two.")
+    async with (
+        engine_running(klaw_home, memory_factory=open_memory, config=config),
+        gateway_running(klaw_home, fake) as gw,
+    ):
+        await asyncio.wait_for(gw.connected.wait(), T)
+        fake.text(OWNER, "first")
+        await fake.wait_sent(OWNER, 1, T)
+        fake.command(OWNER, "new")
+        await fake.wait_sent(OWNER, 2, T)
+        fake.text(OWNER, "second")
+        sent = await fake.wait_sent(OWNER, 3, T)
+        assert "New session" in sent[1].visible and sent[2].visible == "Two."
+    assert [m["content"] for m in llm.requests[-1]["messages"][1:]] == ["second"]
+    types = [(r["role"], r.get("type"), r["content"][:5]) for r in log_lines(klaw_home)]
+    assert types == [
+        ("user", None, "first"),
+        ("assistant", None, "One."),
+        ("user", "command", "/new"),
+        ("system", "session_break", ""),
+        ("assistant", "command_reply", "New s"),
+        ("user", None, "secon"),
+        ("assistant", None, "Two."),
+    ]
+    from klaw.memory.reindex import rebuild
+
+    klaw_home.db.unlink()
+    rebuild(klaw_home, config, backend=backend, progress=False)
+    mem = open_memory()
+    try:
+        model, segment, _ = mem.store.get_session(CHAT) or ("", "", "")
+        assert model == "fake/m"
+        brk = next(r for r in log_lines(klaw_home) if r.get("type") == "session_break")
+        assert segment == brk["ts"]
+    finally:
+        mem.close()
+
+
+async def test_strangers_get_a_pairing_code_until_approved(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+) -> None:
+    fake = fake_telegram
+    stranger = 555
+    llm.answer("Welcome!")
+    async with (
+        engine_running(klaw_home, memory_factory=open_memory, config=config),
+        gateway_running(klaw_home, fake) as gw,
+    ):
+        await asyncio.wait_for(gw.connected.wait(), T)
+        fake.text(stranger, "hello?")
+        (notice,) = await fake.wait_sent(stranger, 1, T)
+        code = notice.visible.rsplit(" ", 1)[-1]
+        assert "klaw pair approve" in notice.visible and len(code) == 8
+        assert not llm.requests and not log_lines(klaw_home, f"telegram_{stranger}")
+        fake.text(stranger, "please?")  # the same code again, still nothing else
+        second = (await fake.wait_sent(stranger, 2, T))[1]
+        assert second.visible.endswith(code)
+
+        result = CliRunner().invoke(app, ["pair", "approve", code])
+        assert result.exit_code == 0, result.stderr
+        fake.text(stranger, "now?")
+        third = (await fake.wait_sent(stranger, 3, T))[2]
+        assert third.visible == "Welcome!"
+    assert [r["content"] for r in log_lines(klaw_home, f"telegram_{stranger}")] == [
+        "now?",
+        "Welcome!",
+    ]
+
+
+async def test_the_allowlist_refuses_a_push_to_another_chat(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+) -> None:
+    fake = fake_telegram
+    llm.answer(None, [call("c1", "send_message", '{"chat_id": "telegram_777", "text": "hi"}')])
+    llm.answer("I may not write there.")
+    async with (
+        engine_running(klaw_home, memory_factory=open_memory, config=config),
+        gateway_running(klaw_home, fake) as gw,
+    ):
+        await asyncio.wait_for(gw.connected.wait(), T)
+        fake.text(OWNER, "Say hi to 777")
+        (reply,) = await fake.wait_sent(OWNER, 1, T)
+        assert reply.visible == "I may not write there."
+    assert fake.sent_to(777) == []
+    result = llm.requests[1]["messages"][-1]
+    assert result["role"] == "tool" and "not in allowedChatIds" in result["content"]
+
+
+async def test_a_long_reply_with_code_is_split_between_blocks(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+) -> None:
+    fake = fake_telegram
+    block = "```python\n" + "\n".join(f"x_{i} = {i}" for i in range(120)) + "\n```"
+    text = "\n\n".join(f"Part {i}: some prose here.\n\n{block}" for i in range(8))
+    assert len(text) > 10_000
+    llm.answer(text)
+    async with (
+        engine_running(klaw_home, memory_factory=open_memory, config=config),
+        gateway_running(klaw_home, fake) as gw,
+    ):
+        await asyncio.wait_for(gw.connected.wait(), T)
+        fake.text(OWNER, "show me code")
+        # The buffer clears once every part was sent and the reply logged.
+        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0 and bool(fake.sent)), T)
+    parts = fake.sent_to(OWNER)
+    assert len(parts) >= 3 and all(p.parse_mode == "HTML" for p in parts)
+    for p in parts:
+        assert len(p.visible) <= 4096
+        assert p.text.count("<pre>") == p.text.count("</pre>")
+    # Every line of code arrived once, in order.
+    code = [ln for p in parts for ln in p.visible.splitlines() if ln.startswith("x_")]
+    assert code == [f"x_{i} = {i}" for _ in range(8) for i in range(120)]
+
+
+# ---------------------------------------------------------------- crashes
+
+
+async def spawn_engine(klaw_home: KlawPaths) -> asyncio.subprocess.Process:
+    """`klaw engine` as its own process, with the test's KLAW_* environment."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "klaw.cli.app",
+        "engine",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(os.environ),
+    )
+    return proc
+
+
+async def wait_socket(paths: KlawPaths, proc: asyncio.subprocess.Process) -> None:
+    async def ready() -> None:
+        while True:
+            if proc.returncode is not None:
+                err = await proc.stderr.read() if proc.stderr else b""
+                raise AssertionError(f"engine exited {proc.returncode}: {err.decode()[-2000:]}")
+            with contextlib.suppress(OSError):
+                _, w = await asyncio.open_unix_connection(str(paths.socket))
+                w.close()
+                return
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(ready(), 60)
+
+
+async def test_engine_killed_mid_reply_then_restarted_answers_once(
+    klaw_home: KlawPaths, llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    fake = fake_telegram
+    klaw_home.config_dir.mkdir(parents=True, exist_ok=True)
+    write_engine_yaml(klaw_home.engine_config, llm.url, debounceMs=0)
+    llm.hold = asyncio.Event()  # the model "thinks" until we let it answer
+    engine = await spawn_engine(klaw_home)
+    try:
+        await wait_socket(klaw_home, engine)
+        async with gateway_running(klaw_home, fake) as gw:
+            await asyncio.wait_for(gw.connected.wait(), T)
+            fake.text(OWNER, "Tell me something")
+            await asyncio.wait_for(llm.arrived.wait(), T)  # mid-reply
+            engine.send_signal(signal.SIGKILL)
+            await engine.wait()
+            await asyncio.wait_for(_until(lambda: not gw.connected.is_set()), T)
+            assert [m.content for m in gw.buffer.pending()] == ["Tell me something"]
+
+            # The killed engine's request finishes into the void first, taking its reply.
+            llm.answer("lost with the killed engine")
+            llm.answer("Here is something.")
+            llm.hold.set()
+            await asyncio.wait_for(_until(lambda: len(llm.replies) == 1), T)
+            engine = await spawn_engine(klaw_home)
+            await wait_socket(klaw_home, engine)
+            (reply,) = await fake.wait_sent(OWNER, 1, T)
+            assert reply.visible == "Here is something."
+            await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+            # Another reconnect replays nothing and sends nothing twice.
+            assert klaw_home.gateway_buffer.read_bytes() == b""
+        assert len(fake.sent_to(OWNER)) == 1
+        contents = [r["content"] for r in log_lines(klaw_home)]
+        assert contents == ["Tell me something", "Here is something."]
+    finally:
+        if engine.returncode is None:
+            engine.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(engine.wait(), T)
+
+
+async def test_both_down_then_gateway_restarts_with_a_full_buffer(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+) -> None:
+    fake = fake_telegram
+    # The engine is down: the gateway logs and buffers, then is stopped too.
+    async with gateway_running(klaw_home, fake) as gw:
+        fake.text(OWNER, "one")
+        fake.text(OWNER, "two")
+        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 2), T)
+        assert not gw.connected.is_set()
+    assert len(klaw_home.gateway_buffer.read_bytes().splitlines()) == 2
+    assert [r["content"] for r in log_lines(klaw_home)] == ["one", "two"]
+
+    llm.answer("Got both.")
+    async with (
+        gateway_running(klaw_home, fake) as gw,
+        engine_running(klaw_home, memory_factory=open_memory, config=config),
+    ):
+        (reply,) = await fake.wait_sent(OWNER, 1, T)
+        assert reply.visible == "Got both."
+        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+    # One turn for both (they were replayed in order, in one batch or in order).
+    assert [r["content"] for r in log_lines(klaw_home)] == ["one", "two", "Got both."]
+    user_turn = [m["content"] for m in llm.requests[0]["messages"] if m["role"] == "user"]
+    assert user_turn == ["one\ntwo"]
+    assert klaw_home.gateway_buffer.read_bytes() == b""
