@@ -58,6 +58,8 @@ def chunk_all(texts: list[str], size: int = 400, overlap: int = 80) -> list[list
 
 _ChunkTuple: TypeAlias = tuple[str, int | None, int | None, str | None, str]
 _MessageTuple: TypeAlias = tuple[str, str, str, str, str | None, str, str | None, str]
+# (file, section, content, chunk index, start_line, end_line)
+_DocTuple: TypeAlias = tuple[str, str | None, str, int, int | None, int | None]
 
 @final
 class Hit:
@@ -164,8 +166,52 @@ class Store:
     ) -> None: ...
     def meta_get(self, key: str) -> str | None: ...
     def meta_set(self, key: str, value: str) -> None: ...
+    def replace_docs(
+        self,
+        version: str,
+        chunks: list[_DocTuple],
+        vectors: bytes,
+        meta: tuple[str, str] | None = None,
+    ) -> int:
+        """Replaces the whole documentation index in one transaction (with `meta`)."""
+    def count_docs(self) -> int: ...
+    def search_docs(
+        self,
+        query_vec: bytes | None,
+        query_text: str,
+        top_k: int = 5,
+        candidates: int = 20,
+        rrf_k: float = 60.0,
+        vector_weight: float = 1.0,
+        keyword_weight: float = 1.0,
+    ) -> list[DocHit]:
+        """Exact vector KNN and BM25 over the docs, fused by RRF; best first."""
     def stats(self) -> list[tuple[str, int]]: ...
     def integrity_check(self) -> list[str]: ...
+
+@final
+class DocHit:
+    @property
+    def id(self) -> int: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def section(self) -> str | None: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def chunk(self) -> int: ...
+    @property
+    def start_line(self) -> int | None: ...
+    @property
+    def end_line(self) -> int | None: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+
+def bundled_docs() -> list[tuple[str, str]]:
+    """The docs compiled into this build: (file name, Markdown text), sorted by name."""
 
 def pack_f32(values: list[float]) -> bytes: ...
 def unpack_f32(data: bytes) -> list[float]: ...

@@ -3,12 +3,13 @@
 use crate::error::{CoreError, Result};
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`.
 fn migrations(dim: usize) -> Vec<String> {
-    vec![format!(
-        r"
+    vec![
+        format!(
+            r"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 -- Mirror of the JSONL logs. No WITHOUT ROWID: messages_fts is bound to the rowid.
@@ -88,7 +89,18 @@ CREATE TABLE doc_chunks (
 );
 CREATE VIRTUAL TABLE vec_docs USING vec0(embedding float[{dim}]);
 "
-    )]
+        ),
+        // 2: the documentation index gets chunk order, line ranges and a keyword
+        // index (the docs are English prose: Porter stemming).
+        r"
+ALTER TABLE doc_chunks ADD COLUMN chunk INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE doc_chunks ADD COLUMN start_line INTEGER;
+ALTER TABLE doc_chunks ADD COLUMN end_line INTEGER;
+CREATE INDEX idx_doc_chunks_file ON doc_chunks(file, chunk);
+CREATE VIRTUAL TABLE docs_fts USING fts5(section, content, content=doc_chunks, content_rowid=id, tokenize='porter unicode61');
+"
+        .to_string(),
+    ]
 }
 
 /// Creates or upgrades the schema. Refuses a database newer than this code.
@@ -123,4 +135,45 @@ pub fn migrate(conn: &mut Connection, dim: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_1_database_is_upgraded_in_place() {
+        crate::store::register_sqlite_vec();
+        let mut c = Connection::open_in_memory().unwrap();
+        c.execute_batch(&migrations(4)[0]).unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        c.execute(
+            "INSERT INTO doc_chunks(file, section, content, version) VALUES ('a.md', NULL, 'old', '0.0.1')",
+            [],
+        )
+        .unwrap();
+        migrate(&mut c, 4).unwrap();
+        let v: i64 = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let row: (i64, Option<i64>) = c
+            .query_row("SELECT chunk, start_line FROM doc_chunks", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!(row, (0, None));
+        c.execute("INSERT INTO docs_fts(docs_fts) VALUES ('rebuild')", [])
+            .unwrap();
+        let n: i64 = c
+            .query_row(
+                "SELECT count(*) FROM docs_fts WHERE docs_fts MATCH 'old'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+        // Running it again is a no-op.
+        migrate(&mut c, 4).unwrap();
+    }
 }

@@ -13,6 +13,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once, RwLock};
 
+mod docs;
+pub use docs::{DocChunk, DocHit};
+
 static VEC_INIT: Once = Once::new();
 
 /// Registers sqlite-vec (compiled in, never loaded from a file) for every connection.
@@ -860,6 +863,13 @@ impl Store {
             if chunks != vecs {
                 problems.push(format!(
                     "memory_chunks has {chunks} rows but vec_memory has {vecs}"
+                ));
+            }
+            let docs: i64 = r.query_row("SELECT count(*) FROM doc_chunks", [], |r| r.get(0))?;
+            let dvecs: i64 = r.query_row("SELECT count(*) FROM vec_docs", [], |r| r.get(0))?;
+            if docs != dvecs {
+                problems.push(format!(
+                    "doc_chunks has {docs} rows but vec_docs has {dvecs}"
                 ));
             }
             Ok(problems)

@@ -5,6 +5,7 @@
 use pyo3::prelude::*;
 
 mod chunk;
+mod docs;
 mod embed;
 mod errors;
 mod reindex;
@@ -17,6 +18,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     chunk::register(m)?;
     tokens::register(m)?;
     store::register(m)?;
+    docs::register(m)?;
     embed::register(m)?;
     reindex::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

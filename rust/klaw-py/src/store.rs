@@ -1,5 +1,6 @@
 //! `Store`, `Hit`: the klaw.db API for Python. Every call releases the GIL.
 
+use crate::docs::{doc_chunks, DocTuple, PyDocHit};
 use crate::errors::to_py;
 use klaw_core::search::FusionParams;
 use klaw_core::store::{FileState, Filter, MessageRow, NewChunk, Store};
@@ -407,6 +408,57 @@ impl PyStore {
     fn meta_set(&self, py: Python<'_>, key: String, value: String) -> PyResult<()> {
         py.detach(|| self.inner.meta_set(&key, &value))
             .map_err(to_py)
+    }
+
+    /// Replaces the whole documentation index; `meta` (key, value) is recorded in
+    /// the same transaction.
+    #[pyo3(signature = (version, chunks, vectors, meta = None))]
+    fn replace_docs(
+        &self,
+        py: Python<'_>,
+        version: String,
+        chunks: Vec<DocTuple>,
+        vectors: &[u8],
+        meta: Option<(String, String)>,
+    ) -> PyResult<usize> {
+        let v = floats(vectors)?;
+        let chunks = doc_chunks(chunks);
+        py.detach(|| {
+            let meta = meta.as_ref().map(|(k, v)| (k.as_str(), v.as_str()));
+            self.inner.replace_docs(&version, &chunks, &v, meta)
+        })
+        .map_err(to_py)
+    }
+
+    fn count_docs(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.inner.count_docs()).map_err(to_py)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (query_vec, query_text, top_k = 5, candidates = 20, rrf_k = 60.0,
+                        vector_weight = 1.0, keyword_weight = 1.0))]
+    fn search_docs(
+        &self,
+        py: Python<'_>,
+        query_vec: Option<&[u8]>,
+        query_text: String,
+        top_k: usize,
+        candidates: usize,
+        rrf_k: f64,
+        vector_weight: f64,
+        keyword_weight: f64,
+    ) -> PyResult<Vec<PyDocHit>> {
+        let q = query_vec.map(floats).transpose()?;
+        let p = FusionParams {
+            candidates: candidates.max(top_k),
+            rrf_k,
+            vector_weight,
+            keyword_weight,
+        };
+        let hits = py
+            .detach(|| self.inner.search_docs(q.as_deref(), &query_text, top_k, &p))
+            .map_err(to_py)?;
+        Ok(hits.into_iter().map(PyDocHit::from).collect())
     }
 
     fn stats(&self, py: Python<'_>) -> PyResult<Vec<(String, i64)>> {
