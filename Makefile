@@ -59,7 +59,7 @@ test-rust:
 test-py:
 	$(PY) -m pytest tests -q
 
-test: install lint test-rust test-py
+test: install install-local lint test-rust test-py
 
 bench: install
 	mkdir -p .benchmarks
@@ -67,11 +67,12 @@ bench: install
 	  --benchmark-sort=name --benchmark-json=.benchmarks/latest.json
 	$(PY) benches/report.py .benchmarks/latest.json
 
-run: install
+# Engine + gateway on the embedded defaults, and a console chat in this terminal
+# (the offline model when no provider key is set; Telegram too with TELEGRAM_BOT_TOKEN).
+run: install install-local
 	$(VENV)/bin/klaw init
 	$(VENV)/bin/klaw doctor || true
-	$(VENV)/bin/klaw memory index
-	$(VENV)/bin/klaw memory search --interactive
+	$(VENV)/bin/klaw up
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -17,8 +17,8 @@ import functools
 import logging
 import signal
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from klaw.config import load_engine_config
 from klaw.engine.pipeline import Pipeline
@@ -86,6 +86,8 @@ async def run(
     router: Router | None = None
     local: LocalModelServer | None = None
     pipeline = None
+    quit_background = asyncio.Event()
+    background: list[asyncio.Task[None]] = []
     try:
         if memory_factory is not None:
             memory = await asyncio.to_thread(memory_factory)
@@ -110,6 +112,7 @@ async def run(
                 log.warning("routing: %s", problem)
             pipeline = _pipeline(config, paths, memory, router, server)
             server.handler = pipeline
+            background = _background(config, memory, quit_background)
         await server.start()
         if started is not None:
             started(server)
@@ -131,6 +134,12 @@ async def run(
         for sig in signals:
             loop.remove_signal_handler(sig)
         try:
+            quit_background.set()
+            if background:
+                await asyncio.wait(background, timeout=10)
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
             if server is not None:
                 await server.close()
             if pipeline is not None:
@@ -146,6 +155,28 @@ async def run(
             finally:
                 lock.release()
                 log.info("engine stopped")
+
+
+def _background(
+    config: EngineConfig, memory: Memory, stop: asyncio.Event
+) -> list[asyncio.Task[None]]:
+    """Keeps workspace memory (MEMORY.md, memory/*.md) indexed while the engine runs."""
+    tasks: list[asyncio.Task[None]] = []
+    if config.memory.watch.enabled:
+        from klaw.memory.watch import MemoryWatcher
+
+        watcher = MemoryWatcher(memory, config.memory.watch.debounce_ms)
+        tasks.append(asyncio.create_task(_logged(watcher.run(stop), "memory watcher")))
+    return tasks
+
+
+async def _logged(coro: Coroutine[Any, Any, None], what: str) -> None:
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # background work must never take the engine down
+        log.exception("%s failed", what)
 
 
 def _command_menu(config: EngineConfig | None) -> list[CommandInfo]:
