@@ -33,6 +33,9 @@ def test_builtin_registry_offers_the_built_in_tools(reg: ToolRegistry) -> None:
             "skill_list",
             "skill_load",
             "current_time",
+            "docs_list",
+            "docs_read",
+            "docs_search",
         ]
     )
     for schema in reg.schemas():

@@ -160,14 +160,23 @@ async def run(
 def _background(
     config: EngineConfig, memory: Memory, stop: asyncio.Event
 ) -> list[asyncio.Task[None]]:
-    """Keeps workspace memory (MEMORY.md, memory/*.md) indexed while the engine runs."""
-    tasks: list[asyncio.Task[None]] = []
+    """Keeps workspace memory (MEMORY.md, memory/*.md) and Klaw's docs indexed."""
+    from klaw.memory.docs import ensure_docs_indexed
+
+    # Klaw's own docs for docs_search: indexed when they or the model changed.
+    tasks = [asyncio.create_task(_logged(_index_docs(memory, ensure_docs_indexed), "docs index"))]
     if config.memory.watch.enabled:
         from klaw.memory.watch import MemoryWatcher
 
         watcher = MemoryWatcher(memory, config.memory.watch.debounce_ms)
         tasks.append(asyncio.create_task(_logged(watcher.run(stop), "memory watcher")))
     return tasks
+
+
+async def _index_docs(memory: Memory, ensure: Callable[[Memory], object]) -> None:
+    report: Any = await asyncio.to_thread(ensure, memory)
+    if getattr(report, "indexed", False):
+        log.info("docs indexed: %s chunks in %.1f s", report.chunks, report.seconds)
 
 
 async def _logged(coro: Coroutine[Any, Any, None], what: str) -> None:

@@ -5,8 +5,8 @@
     request.tools = registry.schemas()
     result = await registry.dispatch("file_read", {"path": "MEMORY.md"})  # never raises
 
-Not here yet (they need the running engine): docs_*, send_message, schedule_*,
-subagent_spawn, code_execute.
+`send_message` is added by the engine (it needs the gateway connection);
+schedule_*, subagent_spawn and code_execute come with the scheduler and sandbox.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ def builtin_tools(
 ) -> list[Tool]:
     """Memory, file, skill and time tools bound to one workspace and memory."""
     from klaw.memory.core import CoreMemory
+    from klaw.memory.docs import Docs
     from klaw.tools.clock import CurrentTime
+    from klaw.tools.docs import DocsList, DocsRead, DocsSearch
     from klaw.tools.files import FileList, FileRead, FileWrite, Workspace
     from klaw.tools.memory_tools import (
         MemoryCoreDelete,
@@ -62,6 +64,7 @@ def builtin_tools(
         paths.workspace, config.files.max_file_size_bytes, max(100, max_result_chars - 300)
     )
     catalog = SkillCatalog(paths.workspace / "skills", paths.skills)
+    docs = Docs(memory)
     return [
         MemorySearch(memory),
         MemorySave(memory, chat_id),
@@ -74,6 +77,9 @@ def builtin_tools(
         SkillList(catalog),
         SkillLoad(catalog),
         CurrentTime(now),
+        DocsList(docs),
+        DocsRead(docs, max_chars=max(100, max_result_chars - 300)),
+        DocsSearch(docs),
     ]
 
 

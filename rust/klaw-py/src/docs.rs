@@ -2,28 +2,12 @@
 //! so every install (editable, wheel, sdist) carries them, and `DocHit`, a result
 //! of `Store.search_docs`.
 //!
-//! A new file in `docs/` must be added to `BUNDLED`; `tests/memory/test_docs_index.py`
-//! fails until it is.
+//! `build.rs` lists `docs/*.md`, so a new page is bundled by the next build.
 
 use pyo3::prelude::*;
 
-macro_rules! bundle {
-    ($($name:literal),* $(,)?) => {
-        &[$(($name, include_str!(concat!("../../../docs/", $name)))),*]
-    };
-}
-
-/// (file name, Markdown text), sorted by name.
-const BUNDLED: &[(&str, &str)] = bundle![
-    "decisions.md",
-    "engine.md",
-    "keyword-eval.md",
-    "memory.md",
-    "providers.md",
-    "storage.md",
-    "token-counting.md",
-    "usage.md",
-];
+/// (file name, Markdown text), sorted by name; the list is made by `build.rs`.
+const BUNDLED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/bundled_docs.rs"));
 
 /// The docs compiled into this build: (file name, Markdown text), sorted by name.
 #[pyfunction]
