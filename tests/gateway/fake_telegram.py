@@ -1,6 +1,6 @@
 """A local Telegram Bot API server for tests, speaking the real HTTP protocol.
 
-aiogram talks to it exactly as to api.telegram.org: ``POST /bot{token}/{method}`` with
+The channel talks to it exactly as to api.telegram.org: ``POST /bot{token}/{method}`` with
 form (or JSON) bodies, answers ``{"ok": true, "result": ...}`` or ``{"ok": false,
 "error_code": ..., "description": ..., "parameters": {...}}``, files under
 ``GET /file/bot{token}/{file_path}``. Runs on 127.0.0.1 on a random port.

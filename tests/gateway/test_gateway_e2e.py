@@ -1,4 +1,4 @@
-"""Gateway end to end: the fake Telegram Bot API (through aiogram), the real gateway,
+"""Gateway end to end: the fake Telegram Bot API (over real HTTP), the real gateway,
 the real engine (in this loop, or as a process killed with SIGKILL), klaw.db with the
 real embedding model, and a scripted OpenAI-compatible model server."""
 

@@ -1,4 +1,4 @@
-"""TelegramChannel against the fake Bot API server, through aiogram for real."""
+"""TelegramChannel against the fake Bot API server, over real HTTP."""
 
 from __future__ import annotations
 
@@ -590,7 +590,7 @@ async def test_typing(fake_telegram: FakeTelegram, channel: TelegramChannel) -> 
     fake_telegram.add_chat(CHAT)
     await channel.typing(f"telegram_{CHAT}")
     (call,) = fake_telegram.calls_of("sendChatAction")
-    assert call.params == {"chat_id": str(CHAT), "action": "typing"}
+    assert call.params == {"chat_id": CHAT, "action": "typing"}
     with pytest.raises(ChannelSendError) as info:
         await channel.typing("telegram_555")
     assert info.value.permanent

@@ -1,10 +1,15 @@
-"""The Telegram channel: aiogram 3 long polling in, formatted replies out (design §2.4, §6.6).
+"""The Telegram channel: long polling in, formatted replies out (design §2.4, §6.6).
 
-Polling is our own `getUpdates` loop rather than aiogram's Dispatcher so that an update
-is acknowledged (the offset moves past it) only after `on_message` returned: a crash in
-between means Telegram delivers it again, and the gateway dedupes by message id.
+It speaks the Bot API through `klaw.gateway.botapi` (aiohttp, plain JSON) rather than a
+framework: aiogram's models of the whole API alone cost ~150 MB of RSS, over the
+gateway's whole budget (docs/decisions.md). Updates and messages stay dicts, read with
+the small typed helpers at the end of this module.
 
-Errors from aiogram are translated here: sending raises `ChannelSendError` (``permanent``
+Polling is our own `getUpdates` loop so that an update is acknowledged (the offset moves
+past it) only after `on_message` returned: a crash in between means Telegram delivers it
+again, and the gateway dedupes by message id.
+
+Bot API errors are translated here: sending raises `ChannelSendError` (``permanent``
 when retrying cannot help), a channel that cannot run at all raises `TelegramError`.
 Rate limits (429) and network failures are retried a bounded number of times.
 Logs go to ``klaw.gateway.telegram`` and never contain message text at INFO or the token.
@@ -21,33 +26,25 @@ import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, TypeVar
-
-import aiohttp
-from aiogram import Bot
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
-from aiogram.enums import ChatAction, ContentType, ParseMode
-from aiogram.exceptions import (
-    AiogramError,
-    TelegramAPIError,
-    TelegramBadRequest,
-    TelegramConflictError,
-    TelegramEntityTooLarge,
-    TelegramForbiddenError,
-    TelegramMigrateToChat,
-    TelegramNetworkError,
-    TelegramNotFound,
-    TelegramRetryAfter,
-    TelegramServerError,
-    TelegramUnauthorizedError,
-)
-from aiogram.types import BotCommand, Message, MessageEntity, ReplyParameters, Update
-from aiogram.utils.token import TokenValidationError
+from typing import Any, Final, TypeAlias, TypeVar
 
 from klaw.config import TelegramConfig
 from klaw.engine.protocol import Attachment, Quote
 from klaw.errors import KlawError
+from klaw.gateway.botapi import (
+    BotApi,
+    BotApiBadRequest,
+    BotApiConflict,
+    BotApiError,
+    BotApiException,
+    BotApiForbidden,
+    BotApiNetworkError,
+    BotApiRetryAfter,
+    BotApiServerError,
+    BotApiTooLarge,
+    BotApiUnauthorized,
+    InvalidToken,
+)
 from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
 from klaw.gateway.tgformat import split_message, to_html, visible_text
 
@@ -61,35 +58,39 @@ __all__ = [
 log = logging.getLogger("klaw.gateway.telegram")
 
 T = TypeVar("T")
+Json: TypeAlias = dict[str, Any]  # a Telegram object (Update, Message, User...) as sent
 
 # `Incoming.unsupported` for a photo or document over the size cap.
 FILE_TOO_LARGE: Final = "file_too_large"
-# Content a user sent that we cannot pass on: answered politely by the gateway. Anything
-# else that is neither text, photo nor document is a service message (joins, pins,
-# topic changes...) and is skipped without an answer.
-_UNSUPPORTED: Final = frozenset(
-    {
-        ContentType.ANIMATION,
-        ContentType.AUDIO,
-        ContentType.CHECKLIST,
-        ContentType.CONTACT,
-        ContentType.DICE,
-        ContentType.GAME,
-        ContentType.INVOICE,
-        ContentType.LIVE_PHOTO,
-        ContentType.LOCATION,
-        ContentType.PAID_MEDIA,
-        ContentType.POLL,
-        ContentType.STICKER,
-        ContentType.STORY,
-        ContentType.VENUE,
-        ContentType.VIDEO,
-        ContentType.VIDEO_NOTE,
-        ContentType.VOICE,
-    }
+# What a message carries: the first of these fields it has (in the order aiogram's
+# `Message.content_type` checks them: an animation also has a document, a venue a
+# location). Text, photo and document are passed on; the rest is content a user sent that
+# we cannot pass on, answered politely by the gateway. A message with none of them is a
+# service message (joins, pins, topic changes...) and is skipped without an answer.
+_CONTENT: Final = (
+    "text",
+    "audio",
+    "animation",
+    "document",
+    "game",
+    "live_photo",
+    "photo",
+    "sticker",
+    "video",
+    "video_note",
+    "voice",
+    "checklist",
+    "contact",
+    "venue",
+    "location",
+    "invoice",
+    "paid_media",
+    "poll",
+    "dice",
+    "story",
 )
+_FILES: Final = frozenset({"photo", "document"})
 _GROUP_TYPES: Final = frozenset({"group", "supergroup"})
-_FILE_CHUNK: Final = 64 * 1024
 _NAME_BYTES: Final = 120  # sanitized name; the "telegram_{chat}_{msg}_" prefix fits in 255
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -102,7 +103,7 @@ class TelegramError(KlawError):
 
 
 class TelegramChannel:
-    """`Channel` over the Telegram Bot API (aiogram 3, long polling).
+    """`Channel` over the Telegram Bot API (long polling).
 
     `inbox` is where photos and documents are saved (a folder inside the workspace).
     `max_file_size` caps downloads (the Bot API itself serves at most 20 MB); bigger files
@@ -133,10 +134,9 @@ class TelegramChannel:
                 "no Telegram bot token: set channels.telegram.token in gateway.yaml"
             )
         self._token = config.token
-        session = AiohttpSession(api=TelegramAPIServer.from_base(config.api_server))
         try:
-            self._bot = Bot(config.token, session=session)
-        except TokenValidationError:
+            self._api = BotApi(config.token, config.api_server)
+        except InvalidToken:
             raise TelegramError(
                 "channels.telegram.token in gateway.yaml is not a bot token "
                 "(expected the 123456:ABC... string from @BotFather)"
@@ -167,19 +167,23 @@ class TelegramChannel:
             delay = self._backoff
             while not self._closed:
                 try:
-                    updates = await self._bot.get_updates(
-                        offset=self._offset,
-                        timeout=self._poll_timeout,
-                        allowed_updates=["message"],
-                        request_timeout=int(self._bot.session.timeout + self._poll_timeout),
+                    result = await self._api.call(
+                        "getUpdates",
+                        {
+                            "offset": self._offset,
+                            "timeout": self._poll_timeout,
+                            "allowed_updates": ["message"],
+                        },
+                        timeout=self._api.timeout + self._poll_timeout,
                     )
-                except (TelegramUnauthorizedError, TelegramNotFound) as exc:
+                except BotApiUnauthorized as exc:
                     raise self._fatal(exc) from None
-                except AiogramError as exc:
+                except BotApiException as exc:
                     delay = await self._pause("getUpdates", exc, delay)
                     continue
                 self._sent_offset = self._offset
                 delay = self._backoff
+                updates = [u for u in _list(result) if isinstance(u, dict)]
                 for update in updates:
                     if not await self._deliver(update, on_message):
                         break  # poll again from the failed update: it is redelivered
@@ -190,29 +194,29 @@ class TelegramChannel:
         delay = self._backoff
         while self._username is None:
             try:
-                me = await self._bot.get_me()
-            except (TelegramUnauthorizedError, TelegramNotFound) as exc:
+                me = await self._api.call("getMe")
+            except BotApiUnauthorized as exc:
                 raise self._fatal(exc) from None
-            except AiogramError as exc:
+            except BotApiException as exc:
                 delay = await self._pause("getMe", exc, delay)
                 continue
-            self._username = me.username or ""
+            self._username = (_str(me, "username") if isinstance(me, dict) else None) or ""
 
-    def _fatal(self, exc: TelegramAPIError) -> TelegramError:
+    def _fatal(self, exc: BotApiError) -> TelegramError:
         return TelegramError(
-            f"Telegram refused the bot token ({self._redact(exc.message)}): check "
+            f"Telegram refused the bot token ({self._redact(exc.description)}): check "
             "channels.telegram.token and api_server in gateway.yaml"
         )
 
     async def _pause(self, what: str, exc: Exception, delay: float) -> float:
         """Waits out a failed poll; returns the next backoff."""
-        if isinstance(exc, TelegramRetryAfter):
-            wait = float(exc.retry_after)
+        if isinstance(exc, BotApiRetryAfter):
+            wait = exc.retry_after
         else:
             wait = delay
             delay = min(delay * 2, self._max_backoff)
         hint = ""
-        if isinstance(exc, TelegramConflictError):
+        if isinstance(exc, BotApiConflict):
             hint = " (another instance polls this bot, or a webhook is set)"
         log.warning(
             "telegram: %s failed: %s%s; retrying in %.1fs", what, self._describe(exc), hint, wait
@@ -220,9 +224,12 @@ class TelegramChannel:
         await asyncio.sleep(wait)
         return delay
 
-    async def _deliver(self, update: Update, on_message: OnMessage) -> bool:
+    async def _deliver(self, update: Json, on_message: OnMessage) -> bool:
         """Handles one update; False when it failed and must be fetched again."""
-        update_id = update.update_id
+        update_id = _int(update, "update_id")
+        if update_id is None:
+            log.warning("telegram: skipping an update without update_id")
+            return True
         try:
             incoming = await self._normalise(update)
             if incoming is not None:
@@ -250,111 +257,120 @@ class TelegramChannel:
         self._offset = update_id + 1
         return True
 
-    async def _normalise(self, update: Update) -> Incoming | None:
-        msg = update.message
+    async def _normalise(self, update: Json) -> Incoming | None:
+        msg = _obj(update, "message")
         if msg is None:
             return None
-        chat = msg.chat.id
-        kind = ContentType(msg.content_type)
-        ident = f"telegram_{chat}_{msg.message_id}"
+        chat = _obj(msg, "chat") or {}
+        chat_id, message_id = _int(chat, "id"), _int(msg, "message_id")
+        if chat_id is None or message_id is None:
+            log.warning("telegram: skipping a message without chat or message id")
+            return None
+        kind = next((k for k in _CONTENT if msg.get(k)), None)
+        ident = f"telegram_{chat_id}_{message_id}"
         attachments: list[Attachment] = []
         unsupported: str | None = None
-        if kind == ContentType.PHOTO or kind == ContentType.DOCUMENT:
+        if kind in _FILES:
             attachment = await self._save_file(msg, ident)
             if attachment is None:
                 unsupported = FILE_TOO_LARGE
             else:
                 attachments.append(attachment)
-        elif kind in _UNSUPPORTED:
-            unsupported = kind.value
-        elif kind != ContentType.TEXT:
-            log.debug("telegram: skipping %s message %s", kind.value, ident)
+        elif kind is None:
+            log.debug("telegram: skipping service message %s", ident)
             return None
-        text = msg.text if msg.text is not None else (msg.caption or "")
-        entities = msg.entities if msg.text is not None else msg.caption_entities
-        command = self._command(text, entities or [])
-        user = msg.from_user
-        log.debug("telegram: update %d: %s %s", update.update_id, kind.value, ident)
+        elif kind != "text":
+            unsupported = kind
+        text = _str(msg, "text")
+        entities = _list(msg.get("entities" if text is not None else "caption_entities"))
+        if text is None:
+            text = _str(msg, "caption") or ""
+        command = self._command(text, entities)
+        user = _obj(msg, "from")
+        sender = _int(user, "id") if user else None
+        log.debug("telegram: update %s: %s %s", _int(update, "update_id"), kind, ident)
         return Incoming(
             id=ident,
             channel=self.name,
-            chat_id=f"telegram_{chat}",
-            ts=_utc(msg.date),
+            chat_id=f"telegram_{chat_id}",
+            ts=_date(msg),
             content=text,
             kind="command" if command else "inbound",
             command=command[0] if command else "",
             args=command[1] if command else "",
-            sender=str(user.id) if user else None,
-            sender_name=user.full_name if user else None,
-            is_group=msg.chat.type in _GROUP_TYPES,
+            sender=str(sender) if sender is not None else None,
+            sender_name=_full_name(user) if user else None,
+            is_group=_str(chat, "type") in _GROUP_TYPES,
             reply_to=_quote(msg),
             attachments=tuple(attachments),
             unsupported=unsupported,
         )
 
-    def _command(self, text: str, entities: Sequence[MessageEntity]) -> tuple[str, str] | None:
+    def _command(self, text: str, entities: Sequence[Any]) -> tuple[str, str] | None:
         """``/name@bot args`` → (name, args) when a bot_command entity starts the text."""
-        head = next((e for e in entities if e.type == "bot_command" and e.offset == 0), None)
-        if head is None:
+        head = next(
+            (
+                e
+                for e in entities
+                if isinstance(e, dict) and e.get("type") == "bot_command" and _int(e, "offset") == 0
+            ),
+            None,
+        )
+        length = _int(head, "length") if head is not None else None
+        if length is None:
             return None
-        word = _utf16_prefix(text, head.length)
+        word = _utf16_prefix(text, length)
         name, _, mention = word[1:].partition("@")
         if mention and mention.lower() != (self._username or "").lower():
             return None  # /cmd@other_bot in a group is for another bot: plain text to us
         return name.lower(), text[len(word) :].strip()
 
-    async def _save_file(self, msg: Message, ident: str) -> Attachment | None:
+    async def _save_file(self, msg: Json, ident: str) -> Attachment | None:
         """Downloads the photo (largest size under the cap) or document; None if too big."""
-        if msg.photo:
-            fitting = [
-                p for p in msg.photo if p.file_size is None or p.file_size <= self._max_file_size
-            ]
+        photo = [p for p in _list(msg.get("photo")) if isinstance(p, dict) and _str(p, "file_id")]
+        if photo:
+            fitting = [p for p in photo if (_int(p, "file_size") or 0) <= self._max_file_size]
             if not fitting:
                 return None
-            best = max(fitting, key=lambda p: p.width * p.height)
-            return await self._download(best.file_id, ident, "photo.jpg", None, "image/jpeg")
-        doc = msg.document
-        if doc is None:
+            best = max(fitting, key=lambda p: (_int(p, "width") or 0) * (_int(p, "height") or 0))
+            photo_id = _str(best, "file_id") or ""
+            return await self._download(photo_id, ident, "photo.jpg", None, "image/jpeg")
+        doc = _obj(msg, "document")
+        doc_id = _str(doc, "file_id")
+        if doc is None or doc_id is None:
             return None
-        if doc.file_size is not None and doc.file_size > self._max_file_size:
+        if (_int(doc, "file_size") or 0) > self._max_file_size:
             return None
-        return await self._download(doc.file_id, ident, doc.file_name, doc.file_name, doc.mime_type)
+        name = _str(doc, "file_name")
+        return await self._download(doc_id, ident, name, name, _str(doc, "mime_type"))
 
     async def _download(
         self, file_id: str, ident: str, name: str | None, original: str | None, mime: str | None
     ) -> Attachment | None:
         try:
-            info = await self._call("getFile", lambda: self._bot.get_file(file_id))
-        except TelegramBadRequest as exc:
-            if "too big" in exc.message.lower():
+            info = await self._call(
+                "getFile", lambda: self._api.call("getFile", {"file_id": file_id})
+            )
+        except BotApiBadRequest as exc:
+            if "too big" in exc.description.lower():
                 return None
             raise TelegramError(f"getFile failed: {self._describe(exc)}") from exc
-        except AiogramError as exc:
+        except BotApiException as exc:
             raise TelegramError(f"getFile failed: {self._describe(exc)}") from exc
-        if info.file_size is not None and info.file_size > self._max_file_size:
+        info = info if isinstance(info, dict) else {}
+        if (_int(info, "file_size") or 0) > self._max_file_size:
             return None
-        if not info.file_path:
+        file_path = _str(info, "file_path")
+        if not file_path:
             raise TelegramError("getFile returned no file_path; the file cannot be downloaded")
         self._inbox.mkdir(parents=True, exist_ok=True)
         target = self._inbox / f"{ident}_{safe_filename(name)}"
         partial = target.with_name(target.name + ".part")
-        url = self._bot.session.api.file_url(self._bot.token, info.file_path)
-        size = 0
         try:
-            stream = self._bot.session.stream_content(url, timeout=60, chunk_size=_FILE_CHUNK)
-            async with contextlib.aclosing(stream) as chunks:
-                with partial.open("wb") as out:
-                    async for chunk in chunks:
-                        size += len(chunk)
-                        if size > self._max_file_size:
-                            break
-                        out.write(chunk)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            partial.unlink(missing_ok=True)
-            # never the exception text: it holds the URL, and the URL holds the token
-            raise TelegramError(f"downloading {ident} failed: {type(exc).__name__}") from None
-        if size > self._max_file_size:
-            partial.unlink(missing_ok=True)
+            size = await self._api.download(file_path, partial, self._max_file_size)
+        except BotApiException as exc:
+            raise TelegramError(f"downloading {ident} failed: {self._describe(exc)}") from exc
+        if size is None:
             return None
         os.replace(partial, target)
         log.debug("telegram: saved %d bytes for %s", size, ident)
@@ -373,51 +389,56 @@ class TelegramChannel:
         for index, part in enumerate(parts):
             params = None
             if index == 0 and reply is not None:
-                params = ReplyParameters(message_id=reply, allow_sending_without_reply=True)
+                params = {"message_id": reply, "allow_sending_without_reply": True}
             try:
                 await self._send_part(chat, part, params)
-            except AiogramError as exc:
+            except BotApiException as exc:
                 done = f" ({index} of {len(parts)} parts delivered)" if index else ""
                 raise self._send_error(exc, f"sending to {chat_id}{done}") from exc
         log.debug("telegram: sent %d part(s) to %s", len(parts), chat_id)
 
-    async def _send_part(self, chat: int, part: str, params: ReplyParameters | None) -> None:
+    async def _send_part(self, chat: int, part: str, reply: Json | None) -> None:
         html = to_html(part)
         if visible_text(html).strip():  # else Telegram says "message text is empty"
             try:
-                await self._call(
-                    "sendMessage",
-                    lambda: self._bot.send_message(
-                        chat, html, parse_mode=ParseMode.HTML, reply_parameters=params
-                    ),
-                )
+                await self._send_message(chat, html, "HTML", reply)
                 return
-            except TelegramBadRequest as exc:
-                if "can't parse entities" not in exc.message.lower():
+            except BotApiBadRequest as exc:
+                if "can't parse entities" not in exc.description.lower():
                     raise
-                log.warning("telegram: HTML rejected (%s); sending as plain text", exc.message)
-        await self._call(
-            "sendMessage",
-            lambda: self._bot.send_message(chat, part, parse_mode=None, reply_parameters=params),
-        )
+                log.warning("telegram: HTML rejected (%s); sending as plain text", exc.description)
+        await self._send_message(chat, part, None, reply)
+
+    async def _send_message(
+        self, chat: int, text: str, parse_mode: str | None, reply: Json | None
+    ) -> None:
+        params = {
+            "chat_id": chat,
+            "text": text,
+            "parse_mode": parse_mode,
+            "reply_parameters": reply,
+        }
+        await self._call("sendMessage", lambda: self._api.call("sendMessage", params))
 
     async def typing(self, chat_id: str) -> None:
         """One "typing…" action, not retried (the gateway repeats it anyway)."""
         chat = self._platform_chat(chat_id)
         try:
-            await self._bot.send_chat_action(chat, ChatAction.TYPING)
-        except AiogramError as exc:
+            await self._api.call("sendChatAction", {"chat_id": chat, "action": "typing"})
+        except BotApiException as exc:
             raise self._send_error(exc, f"typing in {chat_id}") from exc
 
     async def set_commands(self, commands: Sequence[tuple[str, str]]) -> None:
         """setMyCommands; an empty description becomes the name (Telegram requires one)."""
         menu = [
-            BotCommand(command=name, description=(description.strip() or name)[:256])
+            {"command": name, "description": (description.strip() or name)[:256]}
             for name, description in commands
         ]
         try:
-            await self._call("setMyCommands", lambda: self._bot.set_my_commands(menu))
-        except AiogramError as exc:
+            await self._call(
+                "setMyCommands", lambda: self._api.call("setMyCommands", {"commands": menu})
+            )
+        except BotApiException as exc:
             raise TelegramError(
                 f"registering the command menu failed: {self._describe(exc)}"
             ) from exc
@@ -432,11 +453,11 @@ class TelegramChannel:
         self._closed = True
         if not self._listening and self._offset is not None and self._offset != self._sent_offset:
             # Without this the last batch would be delivered again after a restart.
-            with contextlib.suppress(AiogramError, TimeoutError):
-                await self._bot.get_updates(
-                    offset=self._offset, limit=1, timeout=0, request_timeout=5
+            with contextlib.suppress(BotApiException):
+                await self._api.call(
+                    "getUpdates", {"offset": self._offset, "limit": 1, "timeout": 0}, timeout=5
                 )
-        await self._bot.session.close()
+        await self._api.close()
 
     # ------------------------------------------------------------------ helpers
 
@@ -446,12 +467,12 @@ class TelegramChannel:
         for attempt in range(1, self._attempts + 1):
             try:
                 return await make()
-            except TelegramRetryAfter as exc:
+            except BotApiRetryAfter as exc:
                 if attempt == self._attempts or exc.retry_after > self._max_retry_after:
                     raise
-                wait = float(exc.retry_after)
-            except (TelegramNetworkError, TelegramServerError) as exc:
-                if attempt == self._attempts or isinstance(exc, TelegramEntityTooLarge):
+                wait = exc.retry_after
+            except (BotApiNetworkError, BotApiServerError):
+                if attempt == self._attempts:
                     raise
                 wait, delay = delay, min(delay * 2, self._max_backoff)
             log.warning(
@@ -464,22 +485,17 @@ class TelegramChannel:
             await asyncio.sleep(wait)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _send_error(self, exc: Exception, what: str) -> ChannelSendError:
-        permanent = isinstance(
-            exc,
-            TelegramForbiddenError
-            | TelegramNotFound
-            | TelegramBadRequest
-            | TelegramUnauthorizedError
-            | TelegramMigrateToChat
-            | TelegramEntityTooLarge,
+    def _send_error(self, exc: BotApiException, what: str) -> ChannelSendError:
+        migrated = isinstance(exc, BotApiError) and exc.migrate_to_chat_id is not None
+        permanent = migrated or isinstance(
+            exc, BotApiForbidden | BotApiBadRequest | BotApiUnauthorized | BotApiTooLarge
         )
-        if isinstance(exc, TelegramForbiddenError):
+        if isinstance(exc, BotApiForbidden):
             advice = "the bot was blocked or removed from the chat"
-        elif isinstance(exc, TelegramMigrateToChat):
+        elif isinstance(exc, BotApiError) and exc.migrate_to_chat_id is not None:
             advice = f"the group became a supergroup: use telegram_{exc.migrate_to_chat_id}"
-        elif isinstance(exc, TelegramRetryAfter):
-            advice = f"rate limited for {exc.retry_after}s"
+        elif isinstance(exc, BotApiRetryAfter):
+            advice = f"rate limited for {exc.retry_after:g}s"
         elif permanent:
             advice = "Telegram refused the message"
         else:
@@ -489,7 +505,7 @@ class TelegramChannel:
         )
 
     def _describe(self, exc: Exception) -> str:
-        text = exc.message if isinstance(exc, TelegramAPIError) else str(exc)
+        text = exc.description if isinstance(exc, BotApiError) else str(exc)
         return f"{type(exc).__name__}: {self._redact(text)}"
 
     def _redact(self, text: str) -> str:
@@ -532,14 +548,23 @@ def _clean_name(name: str | None) -> str | None:
     return cleaned[:255] or None
 
 
-def _quote(msg: Message) -> Quote | None:
-    reply = msg.reply_to_message
-    if reply is None or (msg.is_topic_message and reply.forum_topic_created is not None):
+def _quote(msg: Json) -> Quote | None:
+    reply = _obj(msg, "reply_to_message")
+    if reply is None or (
+        msg.get("is_topic_message") and reply.get("forum_topic_created") is not None
+    ):
         return None  # in forum topics every message "replies" to the topic's first one
-    quoted = msg.quote.text if msg.quote else (reply.text or reply.caption or "")
+    quote = _obj(msg, "quote")
+    if quote is not None:
+        quoted = _str(quote, "text") or ""
+    else:
+        quoted = _str(reply, "text") or _str(reply, "caption") or ""
+    user = _obj(reply, "from")
+    sender = _int(user, "id") if user is not None else None
+    chat = _obj(reply, "chat") or {}
     return Quote(
-        id=f"telegram_{reply.chat.id}_{reply.message_id}",
-        sender=str(reply.from_user.id) if reply.from_user else None,
+        id=f"telegram_{_int(chat, 'id')}_{_int(reply, 'message_id')}",
+        sender=str(sender) if sender is not None else None,
         content=quoted,
     )
 
@@ -562,5 +587,37 @@ def _utf16_prefix(text: str, units: int) -> str:
     return text
 
 
-def _utc(ts: datetime) -> datetime:
-    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+def _date(msg: Json) -> datetime:
+    """The message's ``date`` (Unix seconds) as an aware UTC datetime."""
+    value = msg.get("date")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    return datetime.now(UTC)
+
+
+def _full_name(user: Json) -> str:
+    """ "First Last", as Telegram clients show a user."""
+    first, last = _str(user, "first_name") or "", _str(user, "last_name")
+    return f"{first} {last}" if last else first
+
+
+# Typed reads of Telegram objects: a field of the wrong type reads as missing.
+
+
+def _obj(obj: Json | None, key: str) -> Json | None:
+    value = obj.get(key) if obj is not None else None
+    return value if isinstance(value, dict) else None
+
+
+def _str(obj: Json | None, key: str) -> str | None:
+    value = obj.get(key) if obj is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _int(obj: Json | None, key: str) -> int | None:
+    value = obj.get(key) if obj is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
