@@ -133,6 +133,12 @@ def _sessions(a: argparse.Namespace) -> int:
     return sessions(json_out=a.json)
 
 
+def _chat(a: argparse.Namespace) -> int:
+    from klaw.cli.chat_cmds import chat
+
+    return chat()
+
+
 def _model_install(a: argparse.Namespace) -> int:
     from klaw.cli.setup_cmds import model_install
 
@@ -188,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Run the gateway daemon (Telegram, console; buffers while the engine is down).",
         _gateway,
     )
+    cmd(sub, "chat", "Chat with the agent in this terminal (through the gateway).", _chat)
     pair = sub.add_parser(
         "pair",
         help="Approve or revoke chats that asked for access.",

@@ -1,0 +1,453 @@
+"""The console channel: `klaw chat` in a terminal, over a Unix socket (mode 600).
+
+The gateway serves `KlawPaths.console_socket`; any number of `klaw chat` clients of
+the same OS user connect to it (two terminals see the same conversation). The chat
+is ``console_{user}``, `user` being the OS login name reduced to ``[a-z0-9_]``.
+
+Wire format: UTF-8 JSON objects, one a line, at most `MAX_LINE_BYTES` bytes each.
+
+    client → gateway   {"type":"say","text":"..."}
+    gateway → client   {"type":"hello","commands":[["new","New session"],...]}
+                           on connect, and again when the command menu changes
+                       {"type":"reply","text":"..."}
+                           a reply or a push; ``"queued": true`` marks one that waited
+                           for a client while none was connected
+                       {"type":"typing"}
+                           the agent is working on an answer
+                       {"type":"error","message":"..."}
+                           a line could not be taken; the connection stays open
+
+A ``say`` whose text starts with ``/name`` (``[A-Za-z0-9_]``) is a command:
+``/model glm/glm-5`` is command "model", args "glm/glm-5". Blank text is ignored.
+Replies sent while no client is connected are kept (the last `BACKLOG`) and
+delivered to the next client that connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import json
+import logging
+import os
+import re
+import socket
+import stat
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from klaw.engine.protocol import MAX_LINE_BYTES, LineReader, LineTooLong
+from klaw.errors import KlawError
+from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
+
+__all__ = [
+    "BACKLOG",
+    "ConsoleChannel",
+    "ConsoleSocketError",
+    "console_user",
+]
+
+log = logging.getLogger("klaw.gateway.console")
+
+#: Replies kept for the next client while none is connected.
+BACKLOG: Final = 100
+#: How long one client may take to accept a line before it is disconnected.
+SEND_TIMEOUT: Final = 10.0
+
+_COMMAND = re.compile(r"/([A-Za-z0-9_]{1,64})(?:\s+(.*))?", re.DOTALL)
+
+
+class ConsoleSocketError(KlawError):
+    """The console socket cannot be served (path taken, no permission...)."""
+
+
+def console_user(name: str | None = None) -> str:
+    """`name` (default: the OS login name) reduced to ``[a-z0-9_]``, e.g. ``"j_doe"``."""
+    if name is None:
+        try:
+            name = getpass.getuser()
+        except (KeyError, OSError):  # no passwd entry and no $USER/$LOGNAME
+            name = f"uid{os.getuid()}"
+    user = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_")[:64]
+    return user or "user"
+
+
+def _encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode() + b"\n"
+
+
+class _BadLine(Exception):
+    """A client line that is not a valid `say`; the message goes back as an error."""
+
+
+class _Client:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.lines = LineReader(reader, MAX_LINE_BYTES)
+        self.writer = writer
+
+    def write(self, line: bytes) -> bool:
+        if self.writer.is_closing():
+            return False
+        try:
+            self.writer.write(line)
+        except (ConnectionError, OSError):
+            return False
+        return True
+
+    async def send(self, line: bytes) -> bool:
+        """Writes `line` and waits until the socket took it; False (and closed) on failure."""
+        if not self.write(line):
+            return False
+        return await self.drain()
+
+    async def drain(self) -> bool:
+        try:
+            await asyncio.wait_for(self.writer.drain(), SEND_TIMEOUT)
+        except (ConnectionError, OSError):
+            self.writer.close()
+            return False
+        except TimeoutError:
+            log.warning("a console client did not read for %.0f s: disconnecting it", SEND_TIMEOUT)
+            self.writer.close()
+            return False
+        return True
+
+    async def error(self, message: str) -> None:
+        await self.send(_encode({"type": "error", "message": message}))
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.writer.wait_closed()
+
+
+class ConsoleChannel:
+    """The `Channel` behind `klaw chat`: a Unix socket server of JSON lines.
+
+    `listen` binds `socket_path` (replacing a stale socket, refusing any other
+    file) and serves until cancelled; `close` disconnects the clients and removes
+    the socket. Messages are passed to `on_message` one at a time, in arrival order.
+    """
+
+    name = "console"
+
+    def __init__(self, socket_path: Path, *, user: str | None = None) -> None:
+        self.socket_path = Path(socket_path)
+        self.user = console_user(user)
+        self.chat_id = f"{self.name}_{self.user}"
+        self._commands: list[tuple[str, str]] = []
+        self._pending: deque[str] = deque(maxlen=BACKLOG)
+        self._clients: set[_Client] = set()
+        self._listener: socket.socket | None = None
+        self._conns: dict[asyncio.Task[None], socket.socket] = {}
+        self._socket_ino: int | None = None
+        self._on_message: OnMessage | None = None
+        self._turn = asyncio.Lock()
+        self._closed = False
+
+    @property
+    def serving(self) -> bool:
+        """True once `listen` bound the socket, until `close`."""
+        return self._listener is not None
+
+    @property
+    def connected(self) -> int:
+        """How many `klaw chat` clients are connected now."""
+        return len(self._clients)
+
+    @property
+    def pending(self) -> int:
+        """How many replies wait for a client to connect."""
+        return len(self._pending)
+
+    # --- Channel ----------------------------------------------------------
+
+    async def listen(self, on_message: OnMessage) -> None:
+        if self._closed:
+            raise ConsoleSocketError("the console channel is closed")
+        if self._listener is None:
+            self._start()
+        self._on_message = on_message
+        try:
+            await asyncio.Event().wait()  # serving happens in the connection tasks
+        finally:
+            if self._on_message is on_message:
+                self._on_message = None
+
+    async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> None:
+        self._check_chat(chat_id)
+        sent = await self._broadcast(_encode({"type": "reply", "text": text}))
+        if sent:
+            log.debug("reply of %d chars to %d console client(s)", len(text), sent)
+            return
+        if len(self._pending) == self._pending.maxlen:
+            log.warning("console backlog full: dropping the oldest waiting reply")
+        self._pending.append(text)
+        log.info(
+            "no console client connected: reply kept for the next one (%d waiting)",
+            len(self._pending),
+        )
+
+    async def typing(self, chat_id: str) -> None:
+        self._check_chat(chat_id)
+        await self._broadcast(_encode({"type": "typing"}))
+
+    async def set_commands(self, commands: Sequence[tuple[str, str]]) -> None:
+        new = [(str(name), str(description)) for name, description in commands]
+        if new == self._commands:
+            return
+        self._commands = new
+        await self._broadcast(self._hello())
+
+    async def close(self) -> None:
+        self._closed = True
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            asyncio.get_running_loop().remove_reader(listener)
+            listener.close()
+        clients = list(self._clients)
+        self._clients.clear()
+        for client in clients:
+            await client.close()  # its reader sees the end: the connection task returns
+        current = asyncio.current_task()
+        conns = {t: c for t, c in self._conns.items() if t is not current}
+        if conns:
+            _, stuck = await asyncio.wait(conns, timeout=SEND_TIMEOUT)
+            for task in stuck:  # still in on_message
+                task.cancel()
+            if stuck:
+                await asyncio.wait(stuck)
+            for conn in conns.values():  # a task cancelled before it ran never closed its own
+                conn.close()
+        if listener is not None:
+            self._unlink_socket()
+            log.info("console socket closed")
+
+    # --- the socket ---------------------------------------------------------
+
+    def _start(self) -> None:
+        path = self.socket_path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise ConsoleSocketError(f"cannot create {path.parent}: {exc}") from exc
+        self._remove_stale(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            # The umask makes the socket 600 from birth; chmod again in case it is ignored.
+            old = os.umask(0o177)
+            try:
+                sock.bind(str(path))
+            finally:
+                os.umask(old)
+            os.chmod(path, 0o600)
+            self._socket_ino = path.lstat().st_ino
+            sock.listen(16)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            self._unlink_socket()
+            raise ConsoleSocketError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+        self._listener = sock
+        asyncio.get_running_loop().add_reader(sock, self._accept, sock)
+        log.info("console listening on %s for %s", path, self.chat_id)
+
+    @staticmethod
+    def _remove_stale(path: Path) -> None:
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ConsoleSocketError(
+                f"{path} exists and is not a socket; move it away and start the gateway again"
+            )
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            pass  # nobody listens: a gateway that did not stop cleanly left it behind
+        else:
+            raise ConsoleSocketError(
+                f"another process serves the console socket {path}; stop it first"
+            )
+        finally:
+            probe.close()
+        log.warning("replacing the stale console socket %s", path)
+        path.unlink(missing_ok=True)
+
+    def _unlink_socket(self) -> None:
+        ino, self._socket_ino = self._socket_ino, None
+        if ino is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            if self.socket_path.lstat().st_ino == ino:  # not a successor's socket
+                self.socket_path.unlink()
+
+    # --- clients --------------------------------------------------------------
+
+    def _hello(self) -> bytes:
+        return _encode({"type": "hello", "commands": [list(c) for c in self._commands]})
+
+    def _accept(self, sock: socket.socket) -> None:
+        """Accepts waiting clients (a reader callback, not a task: every accepted socket
+        is in `_conns` at once, so `close` can end each one)."""
+        loop = asyncio.get_running_loop()
+        for _ in range(16):
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of file descriptors...: pause, then try again
+                log.warning("console: cannot accept a client (%s); retrying in 1 s", exc)
+                loop.remove_reader(sock)
+                loop.call_later(1.0, self._resume_accepting, sock)
+                return
+            conn.setblocking(False)
+            task = loop.create_task(self._connection(conn), name="klaw-console-client")
+            self._conns[task] = conn
+            task.add_done_callback(self._forget)
+
+    def _resume_accepting(self, sock: socket.socket) -> None:
+        if self._listener is sock:
+            asyncio.get_running_loop().add_reader(sock, self._accept, sock)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._conns.pop(task, None)
+
+    async def _connection(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=conn)
+        except OSError as exc:
+            conn.close()
+            log.warning("console: cannot set up a client connection: %s", exc)
+            return
+        client = _Client(reader, writer)
+        if self._closed:
+            await client.close()
+            return
+        # No await until the client is registered: the hello and the backlog go out
+        # before any newer reply, and no reply can slip between them.
+        client.write(self._hello())
+        backlog = list(self._pending)
+        self._pending.clear()
+        for text in backlog:
+            client.write(_encode({"type": "reply", "text": text, "queued": True}))
+        self._clients.add(client)
+        log.info(
+            "console client connected (%d connected, %d waiting replies delivered)",
+            len(self._clients),
+            len(backlog),
+        )
+        try:
+            if not await client.drain():
+                # It went before taking them: keep them, older than what queued since.
+                self._pending = deque([*backlog, *self._pending], maxlen=BACKLOG)
+                return
+            await self._serve(client)
+        except Exception:
+            log.exception("console connection failed")
+        finally:
+            self._clients.discard(client)
+            await client.close()
+            log.info("console client disconnected (%d connected)", len(self._clients))
+
+    async def _serve(self, client: _Client) -> None:
+        while True:
+            try:
+                line = await client.lines.readline()
+            except LineTooLong as exc:
+                log.warning("console: %s", exc)
+                await client.error(str(exc))
+                continue
+            except (ConnectionError, OSError):
+                return
+            if line is None:
+                return
+            if not line.strip():
+                continue
+            try:
+                text = self._parse(line)
+            except _BadLine as exc:
+                log.warning("console: bad line: %s", exc)
+                await client.error(str(exc))
+                continue
+            incoming = self._normalise(text)
+            if incoming is not None:
+                await self._deliver(client, incoming)
+
+    @staticmethod
+    def _parse(line: bytes) -> str:
+        try:
+            obj = json.loads(line.decode())
+        except UnicodeDecodeError as exc:
+            raise _BadLine("the line is not UTF-8") from exc
+        except json.JSONDecodeError as exc:
+            raise _BadLine(f"the line is not JSON: {exc.msg} at column {exc.colno}") from exc
+        if not isinstance(obj, dict):
+            raise _BadLine('expected a JSON object like {"type":"say","text":"..."}')
+        kind = obj.get("type")
+        if kind != "say":
+            raise _BadLine(f'unknown message type {kind!r}: the console takes only "say"')
+        text = obj.get("text")
+        if not isinstance(text, str):
+            raise _BadLine('"say" needs a "text" string')
+        return text
+
+    def _normalise(self, text: str) -> Incoming | None:
+        text = text.strip()
+        if not text:
+            return None
+        common: dict[str, Any] = {
+            "id": f"{self.chat_id}_{uuid.uuid4().hex}",
+            "channel": self.name,
+            "chat_id": self.chat_id,
+            "ts": datetime.now(UTC),
+            "content": text,
+            "sender": self.user,
+            "sender_name": self.user,
+        }
+        m = _COMMAND.fullmatch(text)
+        if m is None:
+            return Incoming(**common)
+        return Incoming(
+            **common, kind="command", command=m.group(1).lower(), args=(m.group(2) or "").strip()
+        )
+
+    async def _deliver(self, client: _Client, incoming: Incoming) -> None:
+        async with self._turn:  # one message at a time, in arrival order across clients
+            on_message = self._on_message
+            if on_message is None:
+                await client.error(
+                    "the gateway is not taking messages right now (it is stopping); try again"
+                )
+                return
+            log.debug("console %s %s (%d chars)", incoming.kind, incoming.id, len(incoming.content))
+            try:
+                await on_message(incoming)
+            except Exception:
+                log.exception("the gateway failed to take console message %s", incoming.id)
+                await client.error("the gateway could not take this message; see its log")
+
+    async def _broadcast(self, line: bytes) -> int:
+        """Sends `line` to every connected client; how many took it."""
+        clients = [c for c in self._clients if c.write(line)]
+        if not clients:
+            return 0
+        results = await asyncio.gather(*(c.drain() for c in clients))
+        return sum(results)
+
+    def _check_chat(self, chat_id: str) -> None:
+        try:
+            user = platform_id(self.name, chat_id)
+        except ValueError as exc:
+            raise ChannelSendError(str(exc), permanent=True) from None
+        if user != self.user:
+            raise ChannelSendError(
+                f"chat {chat_id!r} is not this console's chat {self.chat_id!r}", permanent=True
+            )
