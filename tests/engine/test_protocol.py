@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from klaw.engine.protocol import (
@@ -190,6 +190,7 @@ def test_encode_refuses_an_oversized_message() -> None:
         encode(Error(code="x", message="a" * MAX_LINE_BYTES))
 
 
+@settings(deadline=None)  # timing is not the property; a loaded CI box is slow
 @given(st.binary(max_size=300))
 def test_decode_of_any_bytes_is_a_message_or_a_protocol_error(data: bytes) -> None:
     try:
@@ -198,6 +199,7 @@ def test_decode_of_any_bytes_is_a_message_or_a_protocol_error(data: bytes) -> No
         pass
 
 
+@settings(deadline=None)
 @given(st.text(max_size=200), st.text(min_size=1, max_size=30))
 def test_inbound_content_round_trips(content: str, chat: str) -> None:
     msg = Inbound(id="i", channel="telegram", chat_id=chat, ts=TS, content=content)

@@ -97,6 +97,12 @@ def _engine(a: argparse.Namespace) -> int:
     return engine()
 
 
+def _up(a: argparse.Namespace) -> int:
+    from klaw.cli.up_cmds import up
+
+    return up()
+
+
 def _gateway(a: argparse.Namespace) -> int:
     from klaw.cli.gateway_cmds import gateway
 
@@ -195,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
         _gateway,
     )
     cmd(sub, "chat", "Chat with the agent in this terminal (through the gateway).", _chat)
+    cmd(
+        sub,
+        "up",
+        "Start the engine and the gateway (if not running) and chat in this terminal.",
+        _up,
+    )
     pair = sub.add_parser(
         "pair",
         help="Approve or revoke chats that asked for access.",

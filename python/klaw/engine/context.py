@@ -385,8 +385,35 @@ def _units(messages: list[Message]) -> tuple[list[list[Message]], int]:
 # ------------------------------------------------------------------- system prompt
 
 
+_FILE_CACHE: dict[Path, tuple[tuple[int, int], tuple[str, bool] | None]] = {}
+
+
 def _read_workspace_file(path: Path) -> tuple[str, bool] | None:
-    """(text, cut at MAX_FILE_BYTES) of a workspace file; None if absent or empty."""
+    """(text, cut at MAX_FILE_BYTES) of a workspace file; None if absent or empty.
+
+    Read again only when its mtime or size changed: every turn asks for the same
+    five files, and a stat is much cheaper than a read and a decode.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        st = None
+    if st is not None:
+        key = (st.st_mtime_ns, st.st_size)
+        hit = _FILE_CACHE.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+    result = _read_file_uncached(path)
+    if st is not None:
+        if len(_FILE_CACHE) > 64:
+            _FILE_CACHE.clear()
+        _FILE_CACHE[path] = ((st.st_mtime_ns, st.st_size), result)
+    return result
+
+
+def _read_file_uncached(path: Path) -> tuple[str, bool] | None:
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)

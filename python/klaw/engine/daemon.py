@@ -12,6 +12,7 @@ removes the socket; then the store is closed and the lock released, in `finally`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -164,7 +165,9 @@ def _background(
     from klaw.memory.docs import ensure_docs_indexed
 
     # Klaw's own docs for docs_search: indexed when they or the model changed.
-    tasks = [asyncio.create_task(_logged(_index_docs(memory, ensure_docs_indexed), "docs index"))]
+    tasks = [
+        asyncio.create_task(_logged(_index_docs(memory, ensure_docs_indexed, stop), "docs index"))
+    ]
     if config.memory.watch.enabled:
         from klaw.memory.watch import MemoryWatcher
 
@@ -173,7 +176,18 @@ def _background(
     return tasks
 
 
-async def _index_docs(memory: Memory, ensure: Callable[[Memory], object]) -> None:
+#: Docs are indexed this long after start, not competing with the first messages
+#: (a first index embeds ~80 chunks: seconds of CPU on a Pi). `docs_search` before
+#: then indexes on demand.
+DOCS_INDEX_DELAY_S = 30.0
+
+
+async def _index_docs(
+    memory: Memory, ensure: Callable[[Memory], object], stop: asyncio.Event
+) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), DOCS_INDEX_DELAY_S)
+        return  # stopping before it was time
     report: Any = await asyncio.to_thread(ensure, memory)
     if getattr(report, "indexed", False):
         log.info("docs indexed: %s chunks in %.1f s", report.chunks, report.seconds)

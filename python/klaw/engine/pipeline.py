@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from klaw.engine.context import (
     ContextInput,
+    ContextLimits,
     StoredMessage,
     assemble_context,
     message_meta,
@@ -166,6 +167,7 @@ class Pipeline:
         self._chats: dict[str, _Chat] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._active: set[str] = set()  # ids of messages queued or in a running turn
+        self._registries: dict[str, ToolRegistry] = {}
         # When no model answers, the batch is tried again after this, doubling.
         self.retry_base_s = 30.0
         self.retry_max_s = 900.0
@@ -327,15 +329,10 @@ class Pipeline:
         last = batch.messages[-1]
         reply = batch.replies[-1]
         first_ts = min(to_iso(m.ts) or "" for m in batch.messages)
-        model, since = await asyncio.to_thread(self.session, chat_id, first_ts)
-        limits = model_limits(self.config, model)
-        registry = self._registry_factory(chat_id)
-        rows = await asyncio.to_thread(
-            store.recent_messages, chat_id, since or None, max(limits.window_cap * 4, 50)
+        model, limits, rows, core_text, skills = await asyncio.to_thread(
+            self._inputs, chat_id, first_ts
         )
-        from klaw.memory.core import CoreMemory
-
-        core_text = CoreMemory(self.paths.core_memory).to_prompt()
+        registry = self._registry(chat_id)
         group = any(m.meta.group for m in batch.messages)
         context = assemble_context(
             ContextInput.from_limits(
@@ -343,11 +340,11 @@ class Pipeline:
                 workspace=self.paths.workspace,
                 core_memory=core_text,
                 summary=None,
-                window=_merge_user_runs(rows),
+                window=rows,
                 now=self._now(),
                 channel=last.channel,
                 tools=registry.schemas(),
-                skills=self._skills(),
+                skills=skills,
                 chat_kind="group" if group else "private",
             )
         )
@@ -462,6 +459,28 @@ class Pipeline:
         store.insert_messages([line_row(outbound_line(out), out.channel, out.chat_id)])
         mark = {"ts": latest, "ids": out.answers, "reply": out.model_dump(mode="json")}
         store.meta_set(WATERMARK_KEY.format(chat_id=out.chat_id), json.dumps(mark))
+
+    def _inputs(
+        self, chat_id: str, first_ts: str
+    ) -> tuple[str, ContextLimits, list[StoredMessage], str, list[tuple[str, str]]]:
+        """Everything a turn reads from disk, in one worker-thread hop."""
+        from klaw.memory.core import CoreMemory
+
+        model, since = self.session(chat_id, first_ts)
+        limits = model_limits(self.config, model)
+        # Room for the window after merging debounced user runs and keeping tool
+        # calls with their results; more rows would only be read to be dropped.
+        limit = limits.window_cap * 2 + 10
+        rows = _merge_user_runs(self.memory.store.recent_messages(chat_id, since or None, limit))
+        core_text = CoreMemory(self.paths.core_memory).to_prompt()
+        return model, limits, rows, core_text, self._skills()
+
+    def _registry(self, chat_id: str) -> ToolRegistry:
+        """One tool registry per chat, built on its first turn (tools hold no turn state)."""
+        registry = self._registries.get(chat_id)
+        if registry is None:
+            registry = self._registries[chat_id] = self._registry_factory(chat_id)
+        return registry
 
     def _skills(self) -> list[tuple[str, str]]:
         try:

@@ -123,8 +123,6 @@ def main(paths: KlawPaths | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    # aiogram logs every update at INFO with its content: keep message text out.
-    logging.getLogger("aiogram").setLevel(logging.WARNING)
     paths = paths or KlawPaths.from_env()
     try:
         config = load_gateway_config(paths.gateway_config)
