@@ -153,6 +153,9 @@ class ModelConfig(_Section):
     max_tokens: PositiveInt | None = None
     context_budget: PositiveInt | None = None
     temperature: Annotated[float, Field(ge=0)] | None = None
+    # False: the model gets no tool schemas (a tiny model that cannot use them
+    # would spend its whole budget on them).
+    tools: bool = True
 
 
 class RoutingTasks(_Section):

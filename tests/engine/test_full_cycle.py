@@ -251,3 +251,15 @@ async def test_bad_input_over_the_socket(
     escaped = llm.requests[2]["messages"][-1]
     assert escaped["role"] == "tool" and "root:" not in escaped["content"]
     assert "outside" in escaped["content"] or "escape" in escaped["content"]
+
+
+async def test_a_model_without_tools_gets_no_schemas(
+    klaw_home: KlawPaths, config: EngineConfig, open_memory: Any, llm: FakeLLM
+) -> None:
+    config.models["fake/m"].tools = False  # e.g. the tiny offline model
+    llm.answer("Hi.")
+    async with running(klaw_home, memory_factory=open_memory, config=config), peer(klaw_home) as p:
+        await gateway(p)
+        await p.send(msg(1, "Hello"))
+        assert (await next_outbound(p)).content == "Hi."
+    assert not llm.requests[0].get("tools")

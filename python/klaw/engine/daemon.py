@@ -237,6 +237,8 @@ def main(paths: KlawPaths | None = None, *, with_memory: bool = True) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # httpx logs every request at INFO: the engine's log would be mostly that.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     paths = paths or KlawPaths.from_env()
     try:
         config = load_engine_config(paths.engine_config)

@@ -343,7 +343,7 @@ class Pipeline:
                 window=rows,
                 now=self._now(),
                 channel=last.channel,
-                tools=registry.schemas(),
+                tools=registry.schemas() if self._tools_for(model) else [],
                 skills=skills,
                 chat_kind="group" if group else "private",
             )
@@ -474,6 +474,10 @@ class Pipeline:
         rows = _merge_user_runs(self.memory.store.recent_messages(chat_id, since or None, limit))
         core_text = CoreMemory(self.paths.core_memory).to_prompt()
         return model, limits, rows, core_text, self._skills()
+
+    def _tools_for(self, model: str) -> bool:
+        spec = self.config.models.get(model)
+        return spec is None or spec.tools
 
     def _registry(self, chat_id: str) -> ToolRegistry:
         """One tool registry per chat, built on its first turn (tools hold no turn state)."""

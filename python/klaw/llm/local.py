@@ -228,7 +228,9 @@ def with_local(
     }
     models = {
         **config.models,
-        LOCAL_MODEL: ModelConfig(max_tokens=max_tokens, context_budget=budget),
+        # No tools: llama.cpp shows them only with tool_choice "auto", and a 135M model
+        # calls them at random; their schemas would fill its whole context.
+        LOCAL_MODEL: ModelConfig(max_tokens=max_tokens, context_budget=budget, tools=False),
     }
     tasks = config.routing.tasks
     rerouted = {
