@@ -1,0 +1,102 @@
+"""`klaw up` (what `make run` starts) in a pseudo-terminal: it starts the engine and
+the gateway, chats through the console channel, and Ctrl-C stops everything."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from test_console import Terminal
+
+from klaw.paths import KlawPaths
+from scripted_llm import FakeLLM, write_engine_yaml
+
+
+@pytest.fixture
+def home(klaw_home: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> Iterator[KlawPaths]:
+    state = tempfile.mkdtemp(prefix="klaw-")  # socket paths must stay short
+    monkeypatch.setenv("KLAW_STATE_DIR", state)
+    yield KlawPaths.from_env()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    server = FakeLLM()
+    await server.start()
+    yield server
+    await server.close()
+
+
+class UpTerminal(Terminal):
+    async def start(self, *args: str) -> None:
+        env = dict(os.environ, TERM="xterm", INPUTRC="/dev/null", COLUMNS="100")
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "klaw.cli.app",
+            "up",
+            *args,
+            stdin=self.slave,
+            stdout=self.slave,
+            stderr=self.slave,
+            env=env,
+            start_new_session=True,
+        )
+        os.close(self.slave)
+        asyncio.get_running_loop().add_reader(self.master, self._on_readable)
+
+
+def klaw_processes() -> set[int]:
+    found = set()
+    for proc in os.listdir("/proc"):
+        if not proc.isdigit():
+            continue
+        try:
+            with open(f"/proc/{proc}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"klaw.cli.app" in cmd and (b"engine" in cmd or b"gateway" in cmd):
+            found.add(int(proc))
+    return found
+
+
+async def test_up_chats_and_ctrl_c_stops_everything(home: KlawPaths, llm: FakeLLM) -> None:
+    home.config_dir.mkdir(parents=True, exist_ok=True)
+    write_engine_yaml(home.engine_config, llm.url, debounceMs=0)
+    llm.answer("Hello from the engine.")
+    before = klaw_processes()
+    term = UpTerminal()
+    try:
+        await term.start()
+        await term.expect("starting the engine")
+        await term.expect("starting the gateway")
+        await term.expect("/quit", timeout=120)  # the chat's hint: everything is up
+        started = klaw_processes() - before
+        assert len(started) == 2
+        term.type("hi there\r")
+        await term.expect("Hello from the engine.", timeout=60)
+        # Ctrl-C (sent as the signal: the pty is not this session's controlling tty).
+        # Readline may miss one that lands mid-redraw; a user presses again, as here.
+        assert term.proc is not None
+        deadline = time.monotonic() + 30
+        while term.proc.returncode is None and time.monotonic() < deadline:
+            term.proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(term.proc.wait(), 0.5)
+        assert await term.exit_code() == 0
+        await term.expect("stopped")
+    finally:
+        await term.close()
+    assert not (klaw_processes() & started)
+    assert not home.socket.exists() and not home.console_socket.exists()
+    assert [m["content"] for m in llm.requests[0]["messages"][1:]] == ["hi there"]
