@@ -408,3 +408,33 @@ async def test_both_down_then_gateway_restarts_with_a_full_buffer(
     user_turn = [m["content"] for m in llm.requests[0]["messages"] if m["role"] == "user"]
     assert user_turn == ["one\ntwo"]
     assert klaw_home.gateway_buffer.read_bytes() == b""
+
+
+async def test_groups_are_served_only_when_listed_and_never_see_private_memory(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+) -> None:
+    fake = fake_telegram
+    listed, unlisted = -100777, -100888
+    (klaw_home.workspace / "USER.md").write_text("The owner is allergic to peanuts.\n")
+    llm.answer("Hello, group.")
+    llm.answer("Hello, owner.")
+    cfg = gateway_config(fake, allowedChatIds=[str(OWNER), str(listed)])
+    async with (
+        engine_running(klaw_home, memory_factory=open_memory, config=config),
+        gateway_running(klaw_home, fake, cfg) as gw,
+    ):
+        await asyncio.wait_for(gw.connected.wait(), T)
+        fake.text(unlisted, "anyone?", chat_type="supergroup")
+        fake.text(listed, "hi bot", chat_type="supergroup")
+        (reply,) = await fake.wait_sent(listed, 1, T)
+        assert reply.visible == "Hello, group."
+        fake.text(OWNER, "hi")
+        await fake.wait_sent(OWNER, 1, T)
+    assert fake.sent_to(unlisted) == []  # no pairing code in groups either
+    group_prompt, private_prompt = (r["messages"][0]["content"] for r in llm.requests)
+    assert "peanuts" not in group_prompt and "(group chat)" in group_prompt
+    assert "peanuts" in private_prompt
