@@ -1,0 +1,138 @@
+"""Pieces of the gateway benchmarks: `gateway_fakes.py` (fake Bot API + fake engine)
+as a process driven from the benchmark, gateway.yaml for a home, and reading a
+process's RSS from /proc."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+TOKEN = "123456:TEST-fake-token_for-klaw"  # the fake Bot API's token
+OWNER = 100  # the one chat, in allowedChatIds
+T = 30.0  # upper bound of any single wait
+
+
+class FakesProcess:
+    """`gateway_fakes.py` in a process of its own; `call` sends it a control line.
+
+    The control connection belongs to the event loop of the first `call`.
+    """
+
+    def __init__(self, workdir: Path, engine_socket: Path) -> None:
+        self.control_path = workdir / "control.sock"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "gateway_fakes.py"),
+                str(engine_socket),
+                str(self.control_path),
+            ],
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("url "), f"the fakes did not start: {line!r}"
+        self.url = line.split()[1]
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def call(self, op: str, **kw: Any) -> dict[str, Any]:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_unix_connection(str(self.control_path))
+        assert self._reader is not None
+        self._writer.write(json.dumps({"op": op, **kw}).encode() + b"\n")
+        await self._writer.drain()
+        res: dict[str, Any] = json.loads(await asyncio.wait_for(self._reader.readline(), 2 * T))
+        if "error" in res:
+            raise AssertionError(f"fakes: {res['error']}")
+        return res
+
+    async def aclose(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            await self._writer.wait_closed()
+            self._writer = None
+
+    def close(self) -> None:
+        stop(self.proc)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def gateway_data(api_server: str, *, console: bool = False) -> dict[str, Any]:
+    """gateway.yaml's content: Telegram at `api_server`, the owner's chat allowed."""
+    return {
+        "channels": {
+            "telegram": {
+                "enabled": True,
+                "token": TOKEN,
+                "apiServer": api_server,
+                "allowedChatIds": [str(OWNER)],
+            },
+            "console": {"enabled": console},
+        }
+    }
+
+
+def write_gateway_yaml(config_dir: Path, api_server: str, *, console: bool = True) -> Path:
+    config_dir.mkdir(parents=True, exist_ok=True)
+    path = config_dir / "gateway.yaml"
+    path.write_text(json.dumps(gateway_data(api_server, console=console), indent=2) + "\n")
+    return path
+
+
+def pct(values: list[float], q: int) -> float:
+    """The q-th percentile (1 ≤ q ≤ 99)."""
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of a process, in kB (VmHWM, not ru_maxrss: see rss_probe.py)."""
+    out: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def settle(proc: subprocess.Popen[Any], deadline_s: float = 60.0) -> dict[str, float]:
+    """VmRSS/VmHWM once RSS stops moving: five samples 0.5 s apart within 256 kB
+    (or the deadline)."""
+    samples: list[int] = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        assert proc.poll() is None, f"the process exited with {proc.returncode}"
+        samples.append(status(proc.pid)["VmRSS"])
+        last = samples[-5:]
+        if len(last) == 5 and max(last) - min(last) <= 256:
+            break
+        time.sleep(0.5)
+    st = status(proc.pid)
+    return {
+        "rss_mb": st["VmRSS"] / 1024,
+        "hwm_mb": st["VmHWM"] / 1024,
+        "settled_s": time.monotonic() - t0,
+    }
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=T)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
