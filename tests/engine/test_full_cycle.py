@@ -263,3 +263,25 @@ async def test_a_model_without_tools_gets_no_schemas(
         await p.send(msg(1, "Hello"))
         assert (await next_outbound(p)).content == "Hi."
     assert not llm.requests[0].get("tools")
+
+
+async def test_replies_missed_by_an_absent_gateway_are_all_sent_again(
+    klaw_home: KlawPaths, config: EngineConfig, open_memory: Any, llm: FakeLLM
+) -> None:
+    llm.answer("First answer.")
+    llm.answer("Second answer.")
+    async with running(klaw_home, memory_factory=open_memory, config=config):
+        async with peer(klaw_home) as p:
+            await gateway(p)
+            await p.send(msg(1, "one"))
+            first = await next_outbound(p)
+            await p.send(msg(2, "two"))
+            second = await next_outbound(p)
+        # The gateway never logged them (say it crashed): it re-sends both messages.
+        async with peer(klaw_home) as p:
+            await gateway(p)
+            await p.send(msg(1, "one"))
+            await p.send(msg(2, "two"))
+            again = [await next_outbound(p), await next_outbound(p)]
+    assert [o.id for o in again] == [first.id, second.id]
+    assert len(llm.requests) == 2

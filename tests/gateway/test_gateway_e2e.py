@@ -435,6 +435,78 @@ async def test_groups_are_served_only_when_listed_and_never_see_private_memory(
         fake.text(OWNER, "hi")
         await fake.wait_sent(OWNER, 1, T)
     assert fake.sent_to(unlisted) == []  # no pairing code in groups either
+    group_req, private_req = llm.requests
     group_prompt, private_prompt = (r["messages"][0]["content"] for r in llm.requests)
     assert "peanuts" not in group_prompt and "(group chat)" in group_prompt
     assert "peanuts" in private_prompt
+    # Nor is the private memory one tool call away in the group.
+    group_tools = {t["function"]["name"] for t in group_req["tools"]}
+    private_tools = {t["function"]["name"] for t in private_req["tools"]}
+    assert {"memory_search", "memory_core_get", "file_read"} <= private_tools
+    assert not {"memory_search", "memory_core_get", "file_read"} & group_tools
+    assert "current_time" in group_tools
+
+
+async def test_a_failing_channel_leaves_the_others_running(
+    klaw_home: KlawPaths, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    import tempfile
+
+    from klaw.gateway.console import ConsoleChannel
+
+    fake = fake_telegram
+    # Telegram refuses the token (401): that channel stops, the console goes on.
+    cfg = gateway_config(fake, token="999999:WRONG-token-for-this-server")
+    bad_tg = TelegramChannel(cfg.channels.telegram, klaw_home.inbox, backoff=0.01)
+    sock = Path(tempfile.mkdtemp(prefix="klaw-")) / "console.sock"
+    console = ConsoleChannel(sock)
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_gateway(klaw_home, cfg, channels=[bad_tg, console], stop=stop, timings=FAST)
+    )
+    await asyncio.wait_for(_until(lambda: sock.exists()), T)
+    await asyncio.wait_for(_until(lambda: "channel telegram stopped" in caplog.text), T)
+    # The console still answers a client after Telegram gave up.
+    reader, writer = await asyncio.open_unix_connection(str(sock))
+    hello = json.loads(await asyncio.wait_for(reader.readline(), T))
+    assert hello["type"] == "hello"
+    writer.close()
+    assert not task.done()
+    stop.set()
+    assert await asyncio.wait_for(task, T) == 0
+
+    # With no channel left, the gateway exits with an error (systemd restarts it).
+    only = TelegramChannel(cfg.channels.telegram, klaw_home.inbox, backoff=0.01)
+    code = await asyncio.wait_for(
+        run_gateway(klaw_home, cfg, channels=[only], stop=asyncio.Event(), timings=FAST), T
+    )
+    assert code == 1
+
+
+async def test_strangers_files_are_not_downloaded_and_owner_files_reach_the_model(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+) -> None:
+    fake = fake_telegram
+    llm.answer("Got your notes.")
+    async with (
+        engine_running(klaw_home, memory_factory=open_memory, config=config),
+        gateway_running(klaw_home, fake) as gw,
+    ):
+        await asyncio.wait_for(gw.connected.wait(), T)
+        fake.document(555, b"spam" * 1000, "spam.bin")
+        (notice,) = await fake.wait_sent(555, 1, T)
+        assert "klaw pair approve" in notice.visible
+        fake.document(OWNER, b"buy milk", "notes.txt", caption="my notes")
+        await fake.wait_sent(OWNER, 1, T)
+    assert not fake.calls_of("getFile") or all(
+        c.params.get("file_id") != "FILE0001" for c in fake.calls_of("getFile")
+    )
+    files = sorted(p.name for p in klaw_home.inbox.iterdir())
+    assert len(files) == 1 and files[0].endswith("notes.txt")
+    user = [m for m in llm.requests[0]["messages"] if m["role"] == "user"][-1]["content"]
+    # A workspace-relative path: what file_read accepts.
+    assert f"[attached file: inbox/{files[0]}" in user and "my notes" in user

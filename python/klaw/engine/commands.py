@@ -70,7 +70,10 @@ class Commands:
         elif name == "models":
             text = self._models(model)
         elif name == "memory":
-            text = await asyncio.to_thread(self._memory)
+            if cmd.meta.group and not self.config.context.allow_private_memory_in_groups:
+                text = "Core memory is private: it is not shown in group chats."
+            else:
+                text = await asyncio.to_thread(self._memory)
         elif name == "status":
             text = await asyncio.to_thread(self._status_text, cmd.chat_id, model, segment)
         else:

@@ -89,6 +89,20 @@ TOOL_LIMIT_MESSAGE: Final = (
 
 RegistryFactory = Callable[[str], "ToolRegistry"]
 WATERMARK_KEY: Final = "answered:{chat_id}"
+#: Tools a group chat does not get (the owner's memory and workspace).
+PRIVATE_TOOLS: Final = frozenset(
+    {
+        "memory_search",
+        "memory_save",
+        "memory_core_get",
+        "memory_core_update",
+        "memory_core_delete",
+        "file_read",
+        "file_write",
+        "file_list",
+    }
+)
+KEPT_REPLIES: Final = 20  # per chat, re-sent to a gateway that missed them
 
 
 class PrioritySlots:
@@ -220,12 +234,13 @@ class Pipeline:
             log.info("message %s of %s is already being processed", msg.id, msg.chat_id)
             return False
         mark = self._watermark(msg.chat_id) or {}
-        answered = msg.id in mark.get("ids", [])
-        if not answered and (to_iso(msg.ts) or "") > str(mark.get("ts", "")):
+        replies = [r for r in mark.get("replies", []) if isinstance(r, dict)]
+        stored = next((r for r in replies if msg.id in r.get("answers", [])), None)
+        if stored is None and (to_iso(msg.ts) or "") > str(mark.get("ts", "")):
             return True
-        if answered and isinstance(mark.get("reply"), dict):
+        if stored is not None:
             log.info("message %s of %s was answered: sending that reply again", msg.id, msg.chat_id)
-            await _send(reply, Outbound.model_validate(mark["reply"]))
+            await _send(reply, Outbound.model_validate(stored))
         else:
             await _send(
                 reply,
@@ -332,8 +347,8 @@ class Pipeline:
         model, limits, rows, core_text, skills = await asyncio.to_thread(
             self._inputs, chat_id, first_ts
         )
-        registry = self._registry(chat_id)
         group = any(m.meta.group for m in batch.messages)
+        registry = self._registry(chat_id, group)
         context = assemble_context(
             ContextInput.from_limits(
                 limits,
@@ -441,7 +456,16 @@ class Pipeline:
         await asyncio.sleep(delay)
         mark = self._watermark(batch.messages[0].chat_id) or {}
         if str(mark.get("ts", "")) >= latest:
-            return  # a later turn answered the chat, these messages included
+            # A later turn answered the chat with these messages in its window:
+            # settle them at the gateway (nothing more will come for them).
+            for msg, reply in zip(batch.messages, batch.replies, strict=True):
+                await _send(
+                    reply,
+                    Error(
+                        code=ErrorCode.DUPLICATE, message="answered by a later reply", ref=msg.id
+                    ),
+                )
+            return
         log.info(
             "retrying %d unanswered message(s) of %s",
             len(batch.messages),
@@ -457,7 +481,12 @@ class Pipeline:
 
         store = self.memory.store
         store.insert_messages([line_row(outbound_line(out), out.channel, out.chat_id)])
-        mark = {"ts": latest, "ids": out.answers, "reply": out.model_dump(mode="json")}
+        # The last few replies are kept: after a gateway outage every one of them may
+        # still be owed (the gateway re-sends what it never saw answered).
+        previous = self._watermark(out.chat_id) or {}
+        replies = [r for r in previous.get("replies", []) if isinstance(r, dict)]
+        replies = [*replies[-(KEPT_REPLIES - 1) :], out.model_dump(mode="json")]
+        mark = {"ts": max(latest, str(previous.get("ts", ""))), "replies": replies}
         store.meta_set(WATERMARK_KEY.format(chat_id=out.chat_id), json.dumps(mark))
 
     def _inputs(
@@ -479,11 +508,25 @@ class Pipeline:
         spec = self.config.models.get(model)
         return spec is None or spec.tools
 
-    def _registry(self, chat_id: str) -> ToolRegistry:
-        """One tool registry per chat, built on its first turn (tools hold no turn state)."""
+    def _registry(self, chat_id: str, group: bool = False) -> ToolRegistry:
+        """One tool registry per chat, built on its first turn (tools hold no turn state).
+
+        A group chat gets no tool that reads or writes the owner's memory or workspace
+        unless `context.allowPrivateMemoryInGroups` (keeping them out of the prompt
+        alone would leave them one tool call away).
+        """
         registry = self._registries.get(chat_id)
         if registry is None:
-            registry = self._registries[chat_id] = self._registry_factory(chat_id)
+            registry = self._registry_factory(chat_id)
+            if group and not self.config.context.allow_private_memory_in_groups:
+                from klaw.tools.base import ToolRegistry
+
+                public = [registry.get(n) for n in registry.names() if n not in PRIVATE_TOOLS]
+                registry = ToolRegistry(
+                    [t for t in public if t is not None],
+                    max_result_chars=registry.max_result_chars,
+                )
+            self._registries[chat_id] = registry
         return registry
 
     def _skills(self) -> list[tuple[str, str]]:
@@ -546,4 +589,5 @@ async def _send(reply: Reply, msg: Outbound | Error) -> None:
     try:
         await reply(msg)
     except KlawError as exc:
-        log.error("reply %s to %s not delivered: %s", msg.type, getattr(msg, "ref", None), exc)
+        about = msg.chat_id if isinstance(msg, Outbound) else msg.ref
+        log.error("%s for %s not delivered: %s", msg.type, about, exc)

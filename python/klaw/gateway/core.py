@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from klaw.engine.loglines import inbound_line, outbound_line
 from klaw.engine.protocol import (
+    Attachment,
     Command,
     Delivered,
     Error,
@@ -64,9 +66,8 @@ MAX_INBOUND_CHARS = 32_000
 PAIRING_TEXT = (
     "Hi! This assistant is private. To get access, ask its owner to run:\nklaw pair approve {code}"
 )
-UNSUPPORTED_TEXT = (
-    "Sorry, I can't handle {kind} messages yet. Please send text, a photo or a document."
-)
+UNSUPPORTED_TEXT = "Sorry, I can't handle {kind} yet. Please send text, a photo or a document."
+UNSUPPORTED_KINDS = {"file_too_large": "files this large (the limit is 20 MB)"}
 FAILED_TEXT = "Sorry, that message could not be processed: {reason}"
 
 
@@ -76,7 +77,9 @@ class GatewayTimings:
     reconnect_max_s: float = 10.0
     register_timeout_s: float = 10.0
     typing_every_s: float = 4.0
-    send_retries: int = 4
+    # The channel retries rate limits and network errors itself; retrying a whole
+    # multi-part reply here would send its first parts twice.
+    send_retries: int = 0
     send_retry_initial_s: float = 1.0
     drain_s: float = 30.0  # at shutdown, how long replies being sent may take
 
@@ -105,25 +108,48 @@ class Gateway:
         self._typing: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._commands: list[tuple[str, str]] | None = None
+        for msg in self.buffer.pending():  # their replies are still due after a restart
+            self.access.note_inbound(msg.chat_id)
+        for ch in channels:
+            # A channel that can ask (Telegram) skips downloads for refused chats.
+            if hasattr(ch, "admit"):
+                ch.admit = functools.partial(self._admits, ch.name)
+
+    def _admits(self, channel: str, chat_id: str) -> bool:
+        return self.access.inbound_allowed(channel, chat_id)
 
     # ------------------------------------------------------------------ running
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Listens on every channel and keeps the engine link until `stop` is set."""
-        tasks = [
+    async def run(self, stop: asyncio.Event) -> bool:
+        """Listens on every channel and keeps the engine link until `stop` is set.
+
+        A channel that fails is logged and the others go on; False when every
+        channel failed (the daemon then exits with an error, so systemd restarts it).
+        """
+        listeners = [
             asyncio.create_task(self._listen(ch), name=f"klaw-channel-{ch.name}")
             for ch in self.channels.values()
         ]
-        tasks.append(asyncio.create_task(self._engine_loop(), name="klaw-engine-link"))
+        link = asyncio.create_task(self._engine_loop(), name="klaw-engine-link")
         stopper = asyncio.create_task(stop.wait())
+        ok = True
         try:
-            await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            waiting = {stopper, link, *listeners}
+            while True:
+                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if stopper in done or link in done:
+                    break
+                if not any(t in waiting for t in listeners):
+                    log.error("every channel stopped: the gateway exits")
+                    ok = False
+                    break
         finally:
             # Stop taking updates first, then let replies being sent finish and be
             # logged (a reply sent but not logged would be sent again after restart).
-            for task in [stopper, *tasks, *self._typing.values()]:
+            tasks = [stopper, link, *listeners, *self._typing.values()]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(stopper, *tasks, *self._typing.values(), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             if self._tasks:
                 _, late = await asyncio.wait(list(self._tasks), timeout=self.timings.drain_s)
                 for task in late:
@@ -133,6 +159,7 @@ class Gateway:
             for ch in self.channels.values():
                 with contextlib.suppress(Exception):
                     await ch.close()
+        return ok
 
     async def _listen(self, channel: Channel) -> None:
         try:
@@ -153,12 +180,13 @@ class Gateway:
     async def on_message(self, inc: Incoming) -> None:
         """The `OnMessage` callback of every channel; returns once the message is safe."""
         channel = self.channels[inc.channel]
-        if inc.unsupported:
-            log.info("unsupported %s message %s from %s", inc.unsupported, inc.id, inc.chat_id)
-            await self._say(channel, inc.chat_id, UNSUPPORTED_TEXT.format(kind=inc.unsupported))
-            return
         if not self.access.inbound_allowed(inc.channel, inc.chat_id):
             await self._refuse(channel, inc)
+            return
+        if inc.unsupported:
+            log.info("unsupported %s message %s from %s", inc.unsupported, inc.id, inc.chat_id)
+            kind = UNSUPPORTED_KINDS.get(inc.unsupported, f"{inc.unsupported} messages")
+            await self._say(channel, inc.chat_id, UNSUPPORTED_TEXT.format(kind=kind))
             return
         self.access.note_inbound(inc.chat_id)
         msg = await asyncio.to_thread(self._normalize, inc)
@@ -175,8 +203,11 @@ class Gateway:
                 await self._send_engine_locked(msg)
 
     def _keep(self, msg: Inbound | Command) -> None:
-        self.logbook.write(msg.chat_id, [inbound_line(msg)])
+        # Buffer first: a power cut between the two leaves a buffered message whose
+        # log line is written on Telegram's redelivery, never a logged message that
+        # the redelivery check would take for one already handled.
         self.buffer.add(msg)
+        self.logbook.write(msg.chat_id, [inbound_line(msg)])
 
     def _normalize(self, inc: Incoming) -> Inbound | Command:
         meta = InboundMeta(
@@ -184,7 +215,7 @@ class Gateway:
             sender_name=inc.sender_name,
             group=inc.is_group,
             reply_to=inc.reply_to,
-            attachments=list(inc.attachments),
+            attachments=[self._relative(a) for a in inc.attachments],
         )
         if inc.kind == "command":
             return Command(
@@ -208,10 +239,16 @@ class Gateway:
             meta=meta,
         )
 
+    def _relative(self, att: Attachment) -> Attachment:
+        """Workspace-relative paths: what `file_read` accepts and the model can use."""
+        try:
+            rel = Path(att.path).resolve().relative_to(self.paths.workspace.resolve())
+        except ValueError:
+            return att
+        return att.model_copy(update={"path": rel.as_posix()})
+
     def _spill(self, inc: Incoming, meta: InboundMeta) -> tuple[str, InboundMeta]:
         """A text too long for one turn goes to the inbox as a file the model can read."""
-        from klaw.engine.protocol import Attachment
-
         inbox = self.paths.inbox
         inbox.mkdir(parents=True, exist_ok=True)
         name = f"message-{inc.ts.strftime('%Y%m%d-%H%M%S')}-{new_id()[:8]}.txt"
@@ -433,10 +470,11 @@ class Gateway:
         if failure is not None:
             line = line.model_copy(update={"meta": {**line.meta, "undelivered": failure}})
         await asyncio.to_thread(self._log_outbound, out, line)
-        if all(m.chat_id != out.chat_id for m in self.buffer.pending()):
-            task = self._typing.pop(out.chat_id, None)
-            if task is not None:
-                task.cancel()
+        # Any message to the chat ends "typing…" (a notice too: the retry may take
+        # minutes); the next inbound starts it again.
+        task = self._typing.pop(out.chat_id, None)
+        if task is not None:
+            task.cancel()
         if failure is not None:
             return Error(code=ErrorCode.SEND_FAILED, message=failure, ref=out.id)
         return Delivered(ref=out.id)

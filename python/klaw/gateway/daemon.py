@@ -105,9 +105,9 @@ async def run(
         )
         if started is not None:
             started(gateway)
-        await gateway.run(stop)
+        ok = await gateway.run(stop)
         log.info("gateway stopped")
-        return 0
+        return 0 if ok else 1
     except KlawError as exc:
         log.error("the gateway could not start: %s", exc)
         return 1
@@ -116,6 +116,21 @@ async def run(
             loop.remove_signal_handler(sig)
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _with_workspace(paths: KlawPaths) -> KlawPaths:
+    """The workspace the engine uses (engine.yaml `workspace`), for the inbox."""
+    import dataclasses
+
+    from klaw.config import load_engine_config, resolve_workspace
+
+    try:
+        return dataclasses.replace(
+            paths, workspace=resolve_workspace(load_engine_config(paths.engine_config))
+        )
+    except ConfigError as exc:
+        log.warning("engine.yaml unreadable (%s); inbox under %s", exc, paths.workspace)
+        return paths
 
 
 def main(paths: KlawPaths | None = None) -> int:
@@ -129,4 +144,5 @@ def main(paths: KlawPaths | None = None) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return 1
+    paths = _with_workspace(paths)
     return asyncio.run(run(paths, config))

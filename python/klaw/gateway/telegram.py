@@ -128,6 +128,7 @@ class TelegramChannel:
         max_backoff: float = 30.0,
         max_retry_after: float = 60.0,
         max_deliveries: int = 5,
+        admit: Callable[[str], bool] | None = None,
     ) -> None:
         if not config.token:
             raise TelegramError(
@@ -149,6 +150,9 @@ class TelegramChannel:
         self._max_backoff = max_backoff
         self._max_retry_after = max_retry_after
         self._max_deliveries = max(1, max_deliveries)
+        # Whether a chat ("telegram_123") may be served: files of others are not
+        # downloaded (the gateway refuses their messages anyway).
+        self.admit = admit
         self._username: str | None = None
         self._offset: int | None = None  # next update to fetch: everything below is done
         self._sent_offset: int | None = None  # the offset Telegram has last seen
@@ -270,7 +274,10 @@ class TelegramChannel:
         ident = f"telegram_{chat_id}_{message_id}"
         attachments: list[Attachment] = []
         unsupported: str | None = None
-        if kind in _FILES:
+        admitted = self.admit is None or self.admit(f"telegram_{chat_id}")
+        if kind in _FILES and not admitted:
+            pass  # passed on without the file: the gateway answers with pairing or nothing
+        elif kind in _FILES:
             attachment = await self._save_file(msg, ident)
             if attachment is None:
                 unsupported = FILE_TOO_LARGE
