@@ -55,3 +55,14 @@ def store(tmp_path: Path) -> Iterator[object]:
     s = _core.Store(str(tmp_path / "klaw.db"), dim=384)
     yield s
     s.close()
+
+
+@pytest.fixture
+async def llm():  # type: ignore[no-untyped-def]
+    """A scripted OpenAI-compatible server on 127.0.0.1 (see tests/scripted_llm.py)."""
+    from scripted_llm import FakeLLM
+
+    server = FakeLLM()
+    await server.start()
+    yield server
+    await server.close()

@@ -1,4 +1,4 @@
-"""The engine lock: a `flock` on `$XDG_STATE_HOME/klaw/engine.lock`.
+"""Process locks: a `flock` per daemon (engine.lock, gateway.lock) in the state dir.
 
 The engine holds it for its whole life; `klaw reindex` takes it too, so a
 rebuild never runs under a live engine and two engines never share klaw.db.
@@ -11,16 +11,25 @@ import fcntl
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
-from klaw.errors import StoreLocked
+from klaw.errors import KlawError, StoreLocked
 
 
-class EngineLock:
+class ProcessLock:
+    """A `flock` held for a process's life; the kernel drops it when the process dies.
+
+    `busy(holder, what)` builds the error raised when another process holds it.
+    """
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
 
-    def acquire(self, what: str = "the engine") -> EngineLock:
+    def busy(self, holder: str, what: str) -> KlawError:
+        return StoreLocked(f"{self.path} is held by {holder}; stop it before running {what}")
+
+    def acquire(self, what: str = "this") -> Self:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -28,10 +37,7 @@ class EngineLock:
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise StoreLocked(
-                f"klaw.db is in use by {holder} (lock {self.path}); stop the engine first "
-                f"(`systemctl --user stop klaw-engine`) before running {what}"
-            ) from None
+            raise self.busy(holder, what) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}".encode())
         self._fd = fd
@@ -47,7 +53,7 @@ class EngineLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def __enter__(self) -> EngineLock:
+    def __enter__(self) -> Self:
         return self.acquire() if self._fd is None else self
 
     def __exit__(
@@ -57,3 +63,16 @@ class EngineLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+class EngineLock(ProcessLock):
+    """The engine's lock on klaw.db: `klaw reindex` and the CLI memory commands take it too."""
+
+    def busy(self, holder: str, what: str) -> KlawError:
+        return StoreLocked(
+            f"klaw.db is in use by {holder} (lock {self.path}); stop the engine first "
+            f"(`systemctl --user stop klaw-engine`) before running {what}"
+        )
+
+    def acquire(self, what: str = "the engine") -> Self:
+        return super().acquire(what)

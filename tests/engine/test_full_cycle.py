@@ -4,7 +4,7 @@ model, a scripted OpenAI-compatible server and the built-in tools."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,14 +48,6 @@ def cmd(n: int, name: str, args: str = "", chat: str = "telegram_1") -> Command:
         name=name,
         args=args,
     )
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    server = FakeLLM()
-    await server.start()
-    yield server
-    await server.close()
 
 
 @pytest.fixture

@@ -22,14 +22,6 @@ from scripted_llm import FakeLLM, call, engine_config
 T = 10.0  # upper bound for any single wait
 
 
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    server = FakeLLM()
-    await server.start()
-    yield server
-    await server.close()
-
-
 class Outbox:
     def __init__(self) -> None:
         self.sent: list[Outbound | Error] = []

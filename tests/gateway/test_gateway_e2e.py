@@ -36,14 +36,6 @@ FAST = GatewayTimings(reconnect_initial_s=0.02, reconnect_max_s=0.2, typing_ever
 
 
 @pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    server = FakeLLM()
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
 def config(tmp_path: Path, llm: FakeLLM) -> EngineConfig:
     return engine_config(tmp_path, llm.url, debounceMs=0)
 

@@ -11,7 +11,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 from test_console import Terminal
@@ -26,14 +26,6 @@ def home(klaw_home: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> Iterator[Klaw
     monkeypatch.setenv("KLAW_STATE_DIR", state)
     yield KlawPaths.from_env()
     shutil.rmtree(state, ignore_errors=True)
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    server = FakeLLM()
-    await server.start()
-    yield server
-    await server.close()
 
 
 class UpTerminal(Terminal):

@@ -9,7 +9,6 @@ and both write the logs. The engine may be up or down; the gateway buffers.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import signal
@@ -19,6 +18,7 @@ from klaw.config import GatewayConfig, load_gateway_config
 from klaw.errors import ConfigError, KlawError
 from klaw.gateway.channel import Channel
 from klaw.gateway.core import Gateway, GatewayTimings
+from klaw.lock import ProcessLock
 from klaw.paths import KlawPaths
 
 __all__ = ["build_channels", "main", "run"]
@@ -30,22 +30,12 @@ class GatewayLocked(KlawError):
     """Another gateway is running."""
 
 
-def _lock(paths: KlawPaths) -> int:
-    path = paths.gateway_lock
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
-        os.close(fd)
-        raise GatewayLocked(
-            f"another gateway is already running ({holder}, lock {path}); stop it first "
-            "(`systemctl --user stop klaw-gateway`)"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()}".encode())
-    return fd
+class GatewayLock(ProcessLock):
+    def busy(self, holder: str, what: str) -> KlawError:
+        return GatewayLocked(
+            f"another gateway is already running ({holder}, lock {self.path}); stop it "
+            "first (`systemctl --user stop klaw-gateway`)"
+        )
 
 
 def build_channels(paths: KlawPaths, config: GatewayConfig) -> list[Channel]:
@@ -79,8 +69,9 @@ async def run(
     started: Callable[[Gateway], None] | None = None,
 ) -> int:
     """Runs the gateway until `stop` (or a signal); returns the exit code."""
+    lock = GatewayLock(paths.gateway_lock)
     try:
-        fd = _lock(paths)
+        lock.acquire("a second gateway")
     except GatewayLocked as exc:
         log.error("%s", exc)
         return 1
@@ -114,8 +105,7 @@ async def run(
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        lock.release()
 
 
 def _with_workspace(paths: KlawPaths) -> KlawPaths:
