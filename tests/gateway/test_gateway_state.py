@@ -151,7 +151,7 @@ def test_pair_approve_and_revoke_through_the_cli(klaw_home: KlawPaths) -> None:
     assert stat.S_IMODE(os.stat(klaw_home.approved_chats).st_mode) == 0o600
     assert runner.invoke(app, ["pair", "approve", code]).exit_code == 1  # a code works once
 
-    assert runner.invoke(app, ["pair", "revoke", "telegram_77"]).exit_code == 0
+    assert runner.invoke(app, ["pair", "revoke", "77"]).exit_code == 0  # a bare id works too
     assert not a.inbound_allowed("telegram", "telegram_77")
     gone = runner.invoke(app, ["pair", "revoke", "telegram_77"])
     assert gone.exit_code == 1 and "allowedChatIds" in gone.stderr

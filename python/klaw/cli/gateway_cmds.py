@@ -69,8 +69,11 @@ def pair_revoke(chat_id: str) -> int:
     from klaw.gateway.access import Approvals
 
     paths = KlawPaths.from_env()
+    chat_id = chat_id.strip()
+    if chat_id.lstrip("-").isdigit():  # a bare Telegram id, as `klaw pair list` shows it
+        chat_id = f"telegram_{chat_id}"
     try:
-        removed = Approvals(paths.approved_chats).remove(chat_id.strip())
+        removed = Approvals(paths.approved_chats).remove(chat_id)
     except InvalidInput as exc:
         return _err(str(exc))
     if not removed:

@@ -96,6 +96,17 @@ def up() -> int:
 
         if init(None) != 0:
             return 1
+    from klaw.config import load_gateway_config
+    from klaw.errors import ConfigError
+
+    try:
+        if not load_gateway_config(paths.gateway_config).channels.console.enabled:
+            return _err(
+                "the console channel is off (channels.console.enabled in "
+                f"{paths.gateway_config}); `klaw up` chats through it"
+            )
+    except ConfigError as exc:
+        return _err(str(exc))
     started: list[tuple[str, subprocess.Popen[bytes]]] = []
     try:
         if _alive(paths.socket):
