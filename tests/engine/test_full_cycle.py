@@ -4,6 +4,7 @@ model, a scripted OpenAI-compatible server and the built-in tools."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -277,3 +278,29 @@ async def test_replies_missed_by_an_absent_gateway_are_all_sent_again(
             again = [await next_outbound(p), await next_outbound(p)]
     assert [o.id for o in again] == [first.id, second.id]
     assert len(llm.requests) == 2
+
+
+async def test_the_segments_last_summary_is_in_the_context_and_not_after_new(
+    klaw_home: KlawPaths, config: EngineConfig, open_memory: Any, llm: FakeLLM
+) -> None:
+    folder = klaw_home.summaries / "telegram_1"
+    folder.mkdir(parents=True)
+    summary = folder / "2026-11-20_msg_001_050.md"
+    summary.write_text("We planned a trip to Brno.\n")
+    # Written after the first message of the segment, before the /new below.
+    at = (T0 + timedelta(seconds=1.5)).timestamp()
+    os.utime(summary, (at, at))
+    llm.answer("Sure.")
+    llm.answer("Fresh start.")
+    async with running(klaw_home, memory_factory=open_memory, config=config), peer(klaw_home) as p:
+        await gateway(p)
+        await p.send(msg(1, "Where were we?"))
+        await next_outbound(p)
+        await p.send(cmd(2, "new"))
+        await next_outbound(p)
+        await p.send(msg(3, "And now?"))
+        await next_outbound(p)
+    first, second = (r["messages"][0]["content"] for r in llm.requests)
+    assert "We planned a trip to Brno." in first
+    # The summary was written before /new: it belongs to the old segment.
+    assert "Brno" not in second

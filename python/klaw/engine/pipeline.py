@@ -55,6 +55,7 @@ from klaw.engine.context import (
 )
 from klaw.engine.loglines import inbound_line, line_row
 from klaw.engine.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
+from klaw.engine.summaries import latest_summary
 from klaw.errors import KlawError
 from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, Message, Usage
@@ -344,7 +345,7 @@ class Pipeline:
         last = batch.messages[-1]
         reply = batch.replies[-1]
         first_ts = min(to_iso(m.ts) or "" for m in batch.messages)
-        model, limits, rows, core_text, skills = await asyncio.to_thread(
+        model, limits, rows, core_text, skills, summary = await asyncio.to_thread(
             self._inputs, chat_id, first_ts
         )
         group = any(m.meta.group for m in batch.messages)
@@ -354,7 +355,7 @@ class Pipeline:
                 limits,
                 workspace=self.paths.workspace,
                 core_memory=core_text,
-                summary=None,
+                summary=summary,
                 window=rows,
                 now=self._now(),
                 channel=last.channel,
@@ -491,7 +492,7 @@ class Pipeline:
 
     def _inputs(
         self, chat_id: str, first_ts: str
-    ) -> tuple[str, ContextLimits, list[StoredMessage], str, list[tuple[str, str]]]:
+    ) -> tuple[str, ContextLimits, list[StoredMessage], str, list[tuple[str, str]], str | None]:
         """Everything a turn reads from disk, in one worker-thread hop."""
         from klaw.memory.core import CoreMemory
 
@@ -502,7 +503,8 @@ class Pipeline:
         limit = limits.window_cap * 2 + 10
         rows = _merge_user_runs(self.memory.store.recent_messages(chat_id, since or None, limit))
         core_text = CoreMemory(self.paths.core_memory).to_prompt()
-        return model, limits, rows, core_text, self._skills()
+        summary = latest_summary(self.paths.summaries, chat_id, since or None)
+        return model, limits, rows, core_text, self._skills(), summary
 
     def _tools_for(self, model: str) -> bool:
         spec = self.config.models.get(model)
