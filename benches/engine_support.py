@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fake_llm import REPLY as REPLY
+from bench_llm_server import REPLY as REPLY
 
 MESSAGES = 100_000
 CHATS = 200
@@ -183,7 +183,7 @@ def free_port() -> int:
 
 
 class TimedLLM:
-    """`fake_llm.py` in its own process: the model server both benchmarks call.
+    """`bench_llm_server.py` in its own process: the model server both benchmarks call.
 
     `inside` is the LLM's own time so far (request read → answer written, summed),
     read live from the file the server keeps it in; `timings()` fetches the
@@ -196,7 +196,7 @@ class TimedLLM:
         self._fh = self._file.open("r+b")
         self._map = mmap.mmap(self._fh.fileno(), 8)
         self._proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("fake_llm.py")), str(self._file)],
+            [sys.executable, str(Path(__file__).with_name("bench_llm_server.py")), str(self._file)],
             stdout=subprocess.PIPE,
         )
         assert self._proc.stdout is not None

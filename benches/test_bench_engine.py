@@ -169,7 +169,7 @@ def test_overhead_klaw_engine(
     """Engine overhead per message (bar: p50 ≤ 5 ms), 100k messages in klaw.db.
 
     The engine (`klaw.engine.daemon.run`) and the gateway peer share an event loop
-    in this process; the fake LLM (`fake_llm.py`) is a process of its own. The
+    in this process; the fake LLM (`bench_llm_server.py`) is a process of its own. The
     peer's stamps are taken after encoding the inbound and before decoding the
     outbound, the LLM's after reading the request body and before writing its
     answer. What remains is the engine's work on one message: protocol decode, the

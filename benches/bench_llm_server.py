@@ -1,5 +1,5 @@
 """An OpenAI-compatible chat-completions server that times itself, in a process of
-its own (as a real model server would be). Usage: python fake_llm.py INSIDE_FILE
+its own (as a real model server would be). Usage: python bench_llm_server.py INSIDE_FILE
 
 Prints "port N" once listening on 127.0.0.1. For every POST …/chat/completions it
 answers `REPLY` and records perf_counter (CLOCK_MONOTONIC, comparable across
