@@ -45,8 +45,8 @@ format:
 	cargo fmt --all
 
 lint: $(VENV)/.deps
-	ruff check python tests benches
-	ruff format --check python tests benches
+	ruff check --no-cache python tests benches
+	ruff format --check --no-cache python tests benches
 	mypy
 	$(PY) -m mypy.stubtest klaw._core --allowlist stubtest-allowlist.txt
 	cargo fmt --all -- --check
