@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from klaw.engine.pipeline import INTERACTIVE, SUBAGENT, Pipeline, PrioritySlots
-from klaw.engine.protocol import Error, Inbound, Outbound
+from klaw.engine.protocol import Command, Error, Inbound, Outbound
 from klaw.llm.errors import USER_MESSAGE
 from klaw.llm.router import Router
 from klaw.memory import Memory
@@ -288,3 +288,98 @@ async def test_priority_slots_serve_interactive_work_first() -> None:
     await asyncio.wait_for(asyncio.gather(sub, inter), T)
     assert order == ["interactive", "subagent"]
     assert slots.free == 1
+
+
+async def test_a_command_during_debounce_runs_after_the_batch_before_it(
+    make_pipeline: Any, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline(debounceMs=5000)  # the command, not the timer, closes the batch
+    llm.answer("answer to hello")
+    out = Outbox()
+    now = datetime.now(UTC).replace(microsecond=0)
+    first = asyncio.create_task(pipeline.handle(inbound("m1", "hello", ts=now), out))
+    await asyncio.sleep(0)  # m1 is stored and collecting
+    new = Command(
+        id="c1", channel="telegram", chat_id="telegram_1", ts=now + timedelta(seconds=1), name="new"
+    )
+    await asyncio.wait_for(asyncio.gather(first, pipeline.handle(new, out)), T)
+    reply, reset = out.sent
+    assert isinstance(reply, Outbound) and reply.answers == ["m1"]
+    assert isinstance(reset, Outbound) and reset.line_type == "command_reply"
+    assert [m["content"] for m in llm.requests[0]["messages"][1:]] == ["hello"]
+
+
+async def test_a_later_batch_is_not_answered_in_an_earlier_turn(
+    make_pipeline: Any, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline(debounceMs=0)
+    llm.hold = asyncio.Event()
+    for text in ("r0", "rA", "rB"):
+        llm.answer(text)
+    out = Outbox()
+    now = datetime.now(UTC).replace(microsecond=0)
+    t0 = asyncio.create_task(pipeline.handle(inbound("x", "first", ts=now), out))
+    await asyncio.wait_for(llm.arrived.wait(), T)  # turn x is at the model
+    ta = asyncio.create_task(
+        pipeline.handle(inbound("a", "question A", ts=now + timedelta(seconds=1)), out)
+    )
+    chat = pipeline._chats["telegram_1"]
+    # A's batch closes (debounce 0) and waits for the chat's turn.
+    await asyncio.wait_for(_until(lambda: "a" in pipeline._active and chat.batch is None), T)
+    tb = asyncio.create_task(
+        pipeline.handle(inbound("b", "question B", ts=now + timedelta(seconds=2)), out)
+    )
+    # B is stored too, in a batch of its own.
+    await asyncio.wait_for(_until(lambda: "b" in pipeline._active and chat.batch is None), T)
+    llm.hold.set()
+    await asyncio.wait_for(asyncio.gather(t0, ta, tb), T)
+    a_turn = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "user"]
+    assert a_turn[-1] == "question A" and "question B" not in json.dumps(a_turn)
+    assert [o.answers for o in out.sent if isinstance(o, Outbound)] == [["x"], ["a"], ["b"]]
+
+
+async def test_a_message_of_the_answered_second_is_still_answered_after_a_crash(
+    make_pipeline: Any, llm: FakeLLM
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    pipeline = make_pipeline(debounceMs=0)
+    llm.answer("rA")
+    out = Outbox()
+    await asyncio.wait_for(pipeline.handle(inbound("a", "A", ts=now), out), T)
+    # B, sent in the same second, is stored; its turn dies with the engine.
+    llm.hold = asyncio.Event()
+    llm.arrived.clear()
+    tb = asyncio.create_task(pipeline.handle(inbound("b", "B", ts=now), out))
+    await asyncio.wait_for(llm.arrived.wait(), T)
+    await pipeline.aclose()
+    tb.cancel()
+    llm.replies.clear()
+    llm.answer("lost with the dead turn")
+    llm.answer("rB")
+    llm.hold.set()
+    await asyncio.wait_for(_until(lambda: len(llm.replies) == 1), T)
+    # The engine restarts; the gateway re-sends B, which no reply answered yet.
+    again = make_pipeline(debounceMs=0)
+    out2 = Outbox()
+    await asyncio.wait_for(again.handle(inbound("b", "B", ts=now), out2), T)
+    (reply,) = out2.sent
+    assert isinstance(reply, Outbound) and reply.answers == ["b"] and reply.content == "rB"
+
+
+async def test_a_redelivered_message_waiting_for_its_retry_is_not_run_again(
+    make_pipeline: Any, llm: FakeLLM
+) -> None:
+    pipeline = make_pipeline(debounceMs=0)
+    pipeline.retry_base_s = 3600.0  # the retry is far away
+    llm.replies.append((500, {"error": {"message": "down"}}))
+    out = Outbox()
+    msg = inbound("a", "hello")
+    await asyncio.wait_for(pipeline.handle(msg, out), T)
+    for _ in range(3):  # the gateway reconnects and re-sends it
+        await asyncio.wait_for(pipeline.handle(msg, out), T)
+    assert len(llm.requests) == 1 and len(out.sent) == 1
+
+
+async def _until(predicate: Any) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)

@@ -269,3 +269,21 @@ def test_parse_retry_after() -> None:
     date = email.utils.formatdate(now + 10, usegmt=True)
     wait = parse_retry_after(date, now=now)
     assert wait is not None and 8.5 <= wait <= 10.0
+
+
+async def test_a_bad_fallback_entry_is_skipped_and_the_default_comes_last(
+    servers: tuple[FakeLLM, FakeLLM],
+) -> None:
+    a, b = servers
+    cfg = config(a.url, b.url)
+    cfg.routing.fallback = ["nope/x", "deepseek/deepseek-chat"]
+    async with Router(cfg) as router:
+        assert [m.ref for m in router.chain()] == ["glm/glm-5", "deepseek/deepseek-chat"]
+        # A chat on another model still ends at the owner's default.
+        assert [m.ref for m in router.chain("glm/glm-4-plus")] == [
+            "glm/glm-4-plus",
+            "deepseek/deepseek-chat",
+            "glm/glm-5",
+        ]
+        a.ok("from the default")
+        assert (await router.complete(ask())).content == "from the default"

@@ -183,6 +183,7 @@ class Pipeline:
         self._tasks: set[asyncio.Task[None]] = set()
         self._active: set[str] = set()  # ids of messages queued or in a running turn
         self._registries: dict[str, ToolRegistry] = {}
+        self._retrying: set[str] = set()  # unanswered messages waiting for their retry
         # When no model answers, the batch is tried again after this, doubling.
         self.retry_base_s = 30.0
         self.retry_max_s = 900.0
@@ -231,13 +232,15 @@ class Pipeline:
 
     async def _redelivered(self, msg: Inbound, reply: Reply) -> bool:
         """Settles a message stored before; True when it still needs its turn."""
-        if msg.id in self._active:
+        if msg.id in self._active or msg.id in self._retrying:
             log.info("message %s of %s is already being processed", msg.id, msg.chat_id)
             return False
         mark = self._watermark(msg.chat_id) or {}
         replies = [r for r in mark.get("replies", []) if isinstance(r, dict)]
         stored = next((r for r in replies if msg.id in r.get("answers", [])), None)
-        if stored is None and (to_iso(msg.ts) or "") > str(mark.get("ts", "")):
+        # `>=`: a message of the watermark's own second that no kept reply answers
+        # was sent beside an answered one, not answered itself.
+        if stored is None and (to_iso(msg.ts) or "") >= str(mark.get("ts", "")):
             return True
         if stored is not None:
             log.info("message %s of %s was answered: sending that reply again", msg.id, msg.chat_id)
@@ -266,10 +269,14 @@ class Pipeline:
     async def _command(self, cmd: Command, reply: Reply, *, duplicate: bool) -> None:
         """Runs a command in its chat's order, after any batch collected before it."""
         chat = self._chats.setdefault(cmd.chat_id, _Chat())
-        if chat.timer is not None and chat.batch is not None:
-            chat.timer.cancel()
-            chat.timer = self._spawn(self._debounce(cmd.chat_id, chat, delay=0.0))
-            await asyncio.sleep(0)  # let the flushed batch queue on the order lock first
+        if chat.batch is not None:
+            # Close the collecting batch now (nothing later may join it) and let it
+            # queue on the chat's order lock before this command does.
+            if chat.timer is not None:
+                chat.timer.cancel()
+            batch, chat.batch, chat.timer = chat.batch, None, None
+            self._spawn(self._run(cmd.chat_id, chat, batch))
+            await asyncio.sleep(0)
         async with chat.order:
             first_ts = to_iso(cmd.ts) or ""
             model, segment = await asyncio.to_thread(self.session, cmd.chat_id, first_ts)
@@ -300,12 +307,15 @@ class Pipeline:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _debounce(self, chat_id: str, chat: _Chat, delay: float | None = None) -> None:
-        await asyncio.sleep(self.config.processing.debounce_ms / 1000 if delay is None else delay)
+    async def _debounce(self, chat_id: str, chat: _Chat) -> None:
+        await asyncio.sleep(self.config.processing.debounce_ms / 1000)
         # From here on this batch is closed: new messages start the next one.
         batch, chat.batch, chat.timer = chat.batch, None, None
-        if batch is None:
-            return
+        if batch is not None:
+            await self._run(chat_id, chat, batch)
+
+    async def _run(self, chat_id: str, chat: _Chat, batch: _Batch) -> None:
+        """One batch's turn, in the chat's order (the lock is the first thing awaited)."""
         assert batch.done is not None
         try:
             async with chat.order:
@@ -320,11 +330,11 @@ class Pipeline:
             raise
         except Exception as exc:
             log.exception("turn of %s failed", chat_id)
-            last = batch.messages[-1]
-            await _send(
-                batch.replies[-1],
-                Error(code=ErrorCode.INTERNAL, message=f"processing failed: {exc}", ref=last.id),
-            )
+            for msg, reply in zip(batch.messages, batch.replies, strict=True):
+                await _send(
+                    reply,
+                    Error(code=ErrorCode.INTERNAL, message=f"processing failed: {exc}", ref=msg.id),
+                )
         finally:
             self._active.difference_update(m.id for m in batch.messages)
             if not batch.done.done():
@@ -345,8 +355,10 @@ class Pipeline:
         last = batch.messages[-1]
         reply = batch.replies[-1]
         first_ts = min(to_iso(m.ts) or "" for m in batch.messages)
+        latest = max(to_iso(m.ts) or "" for m in batch.messages)
+        own = {m.id for m in batch.messages}
         model, limits, rows, core_text, skills, summary = await asyncio.to_thread(
-            self._inputs, chat_id, first_ts
+            self._inputs, chat_id, first_ts, latest, own
         )
         group = any(m.meta.group for m in batch.messages)
         registry = self._registry(chat_id, group)
@@ -365,7 +377,6 @@ class Pipeline:
             )
         )
         messages = list(context.messages)
-        latest = max(to_iso(m.ts) or "" for m in batch.messages)
         max_rounds = self.config.processing.max_tool_call_rounds
         rounds = 0
         usage = Usage()
@@ -451,10 +462,14 @@ class Pipeline:
         )
         await _send(batch.replies[-1], out)
         delay = min(self.retry_base_s * 2 ** min(batch.attempt, 10), self.retry_max_s)
+        self._retrying.update(m.id for m in batch.messages)
         self._spawn(self._retry(batch, latest, delay))
 
     async def _retry(self, batch: _Batch, latest: str, delay: float) -> None:
-        await asyncio.sleep(delay)
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self._retrying.difference_update(m.id for m in batch.messages)
         mark = self._watermark(batch.messages[0].chat_id) or {}
         if str(mark.get("ts", "")) >= latest:
             # A later turn answered the chat with these messages in its window:
@@ -491,20 +506,47 @@ class Pipeline:
         store.meta_set(WATERMARK_KEY.format(chat_id=out.chat_id), json.dumps(mark))
 
     def _inputs(
-        self, chat_id: str, first_ts: str
+        self, chat_id: str, first_ts: str, latest: str, own: set[str]
     ) -> tuple[str, ContextLimits, list[StoredMessage], str, list[tuple[str, str]], str | None]:
         """Everything a turn reads from disk, in one worker-thread hop."""
         from klaw.memory.core import CoreMemory
 
-        model, since = self.session(chat_id, first_ts)
+        stored, since = self.session(chat_id, first_ts)
+        model = self._usable_model(stored)
         limits = model_limits(self.config, model)
         # Room for the window after merging debounced user runs and keeping tool
         # calls with their results; more rows would only be read to be dropped.
         limit = limits.window_cap * 2 + 10
-        rows = _merge_user_runs(self.memory.store.recent_messages(chat_id, since or None, limit))
+        # Messages of later batches (stored on arrival, waiting their turn) are not
+        # part of this turn: they would be answered here and again in their own.
+        later = self._active - own
+        rows = _merge_user_runs(
+            [
+                r
+                for r in self.memory.store.recent_messages(chat_id, since or None, limit)
+                if r[7] <= latest and r[0] not in later
+            ]
+        )
         core_text = CoreMemory(self.paths.core_memory).to_prompt()
         summary = latest_summary(self.paths.summaries, chat_id, since or None)
         return model, limits, rows, core_text, self._skills(), summary
+
+    def _usable_model(self, stored: str) -> str:
+        """The chat's model, or `routing.default` when it cannot be used.
+
+        A model removed from engine.yaml, or one whose remote provider has no key
+        (the chat began on the offline model, or the offline model now stands in for
+        keyless providers), falls back to the default.
+        """
+        if stored not in self.config.models:
+            return self.config.routing.default
+        provider = self.config.providers.get(stored.partition("/")[0])
+        if provider is None:
+            return self.config.routing.default
+        keyless_remote = not provider.api_key and not provider.endpoint.startswith(
+            ("http://localhost", "http://127.0.0.1", "http://[::1]")
+        )
+        return self.config.routing.default if keyless_remote else stored
 
     def _tools_for(self, model: str) -> bool:
         spec = self.config.models.get(model)

@@ -97,8 +97,16 @@ class Router:
                 raise LlmConfigError(f"unknown routing task {task!r}")
             model = str(getattr(routing.tasks, task))
         first = model or routing.default
-        refs = list(dict.fromkeys([first, *routing.fallback]))
-        return [self.resolve(r) for r in refs]
+        # The default comes last: a chat on a model of its own (or a task's model)
+        # still reaches what the owner configured first when the rest fails.
+        refs = list(dict.fromkeys([first, *routing.fallback, routing.default]))
+        chain = [self.resolve(first)]  # the model asked for must exist
+        for ref in refs[1:]:
+            try:
+                chain.append(self.resolve(ref))
+            except LlmConfigError as exc:  # a bad fallback entry must not sink the rest
+                log.warning("routing: skipping fallback %s", exc)
+        return chain
 
     def check(self) -> list[str]:
         """Problems with the routing section (for startup and `klaw doctor`)."""
