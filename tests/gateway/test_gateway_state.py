@@ -163,3 +163,72 @@ def test_a_corrupt_approvals_file_is_a_clear_error(klaw_home: KlawPaths) -> None
     result = CliRunner().invoke(app, ["pair", "list"])
     assert result.exit_code == 1 and "allowed-chats.json is not valid JSON" in result.stderr
     assert klaw_home.approved_chats.read_text() == "{not json"
+
+
+def test_a_message_kept_while_a_reply_settles_stays_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+
+    import klaw.gateway.buffer as buffer_module
+
+    path = tmp_path / "gateway-buffer.jsonl"
+    buf = Buffer(path)
+    buf.add(inbound(1))
+    buf.add(inbound(2))
+    real_fsync = os.fsync
+    slow = threading.local()
+
+    def fsync(fd: int) -> None:  # the rewrite's fsync takes a while (an SD card)
+        real_fsync(fd)
+        if getattr(slow, "on", False):
+            time.sleep(0.2)
+
+    monkeypatch.setattr(buffer_module.os, "fsync", fsync)
+
+    def settle() -> None:  # a reply logged in a worker thread
+        slow.on = True
+        buf.settle(["m1"])
+
+    t = threading.Thread(target=settle)
+    t.start()
+    time.sleep(0.05)  # widen the window: the rewrite has taken its snapshot
+    buf.add(inbound(3, chat="telegram_2"))  # a new inbound kept in another thread
+    t.join()
+    assert [m.id for m in Buffer(path).pending()] == ["m2", "m3"]
+
+
+def test_two_threads_first_touching_a_day_file_lose_no_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+
+    import klaw.gateway.logbook as logbook_module
+
+    chat = "telegram_1"
+    LogBook(tmp_path).write(chat, [inbound_line(inbound(0, chat))])
+    book = LogBook(tmp_path)  # a fresh gateway: nothing cached
+    real = logbook_module.iter_jsonl
+
+    def slow(path: Path, *args: object) -> object:  # a large day file
+        out = list(real(path))
+        time.sleep(0.2)
+        return iter(out)
+
+    monkeypatch.setattr(logbook_module, "iter_jsonl", slow)
+    new = inbound_line(inbound(1, chat))
+    reply = outbound_line(Outbound(ts=TS, channel="telegram", chat_id=chat, content="hi"))
+    t1 = threading.Thread(target=book.write, args=(chat, [new]))
+    t2 = threading.Thread(target=lambda: (time.sleep(0.05), book.write(chat, [reply])))
+    t1.start()
+    t2.start()
+    t1.join()
+    t2.join()
+    monkeypatch.setattr(logbook_module, "iter_jsonl", real)
+    assert book.has(chat, new) and book.has(chat, reply)
+    book.write(chat, [new, reply])  # a redelivery and a re-sent reply
+    (path,) = (tmp_path / chat).iterdir()
+    ids = [r["id"] for r in read_jsonl(path).records]
+    assert len(ids) == len(set(ids)) == 3

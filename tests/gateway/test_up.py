@@ -92,3 +92,26 @@ async def test_up_chats_and_ctrl_c_stops_everything(home: KlawPaths, llm: FakeLL
     assert not (klaw_processes() & started)
     assert not home.socket.exists() and not home.console_socket.exists()
     assert [m["content"] for m in llm.requests[0]["messages"][1:]] == ["hi there"]
+
+
+async def test_closing_the_terminal_stops_the_daemons(home: KlawPaths, llm: FakeLLM) -> None:
+    home.config_dir.mkdir(parents=True, exist_ok=True)
+    write_engine_yaml(home.engine_config, llm.url, debounceMs=0)
+    before = klaw_processes()
+    term = UpTerminal()
+    started: set[int] = set()
+    try:
+        await term.start()
+        await term.expect("/quit", timeout=120)
+        started = klaw_processes() - before
+        assert len(started) == 2 and term.proc is not None
+        term.proc.send_signal(signal.SIGHUP)  # the terminal window was closed
+        await asyncio.wait_for(term.proc.wait(), 30)
+        deadline = time.monotonic() + 30
+        while klaw_processes() & started and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert not klaw_processes() & started
+    finally:
+        for pid in klaw_processes() & started:
+            os.kill(pid, signal.SIGKILL)
+        await term.close()

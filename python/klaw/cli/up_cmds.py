@@ -8,6 +8,7 @@ started: SIGTERM, then SIGKILL after a grace period.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -52,7 +53,16 @@ def _spawn(name: str, paths: KlawPaths) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # stopped in order by us, not by the tty's Ctrl-C
+            preexec_fn=_die_with_parent,
         )
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when `klaw up` dies, however it dies (Linux prctl)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes], name: str, paths: KlawPaths) -> bool:
@@ -89,7 +99,14 @@ def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
                 proc.wait()
 
 
+def _leave(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds through `finally`: the daemons are stopped
+
+
 def up() -> int:
+    # A closed terminal (SIGHUP) or a plain kill (SIGTERM) must stop the daemons too.
+    signal.signal(signal.SIGHUP, _leave)
+    signal.signal(signal.SIGTERM, _leave)
     paths = KlawPaths.from_env()
     if not paths.engine_config.exists():
         from klaw.cli.setup_cmds import init

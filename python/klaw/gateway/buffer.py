@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -35,6 +36,9 @@ class Buffer:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._pending: dict[str, Pending] = {}
+        # add/settle run in worker threads: an append between a rewrite's snapshot
+        # and its rename would vanish from disk.
+        self._lock = threading.Lock()
         self._load()
 
     def _load(self) -> None:
@@ -56,38 +60,44 @@ class Buffer:
             log.info("%d unanswered message(s) in %s", len(self._pending), self.path)
 
     def __len__(self) -> int:
-        return len(self._pending)
+        with self._lock:
+            return len(self._pending)
 
     def __contains__(self, msg_id: object) -> bool:
-        return msg_id in self._pending
+        with self._lock:
+            return msg_id in self._pending
 
     def pending(self) -> list[Pending]:
         """Unanswered messages in the order they arrived."""
-        return list(self._pending.values())
+        with self._lock:
+            return list(self._pending.values())
 
     def get(self, msg_id: str) -> Pending | None:
-        return self._pending.get(msg_id)
+        with self._lock:
+            return self._pending.get(msg_id)
 
     def add(self, msg: Pending) -> bool:
         """Appends `msg` durably; False when it is already pending (a redelivery)."""
-        if msg.id in self._pending:
-            return False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, encode(msg))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self._pending[msg.id] = msg
-        return True
+        with self._lock:
+            if msg.id in self._pending:
+                return False
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, encode(msg))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._pending[msg.id] = msg
+            return True
 
     def settle(self, ids: Iterable[str]) -> list[Pending]:
         """Removes answered messages; returns those that were pending."""
-        done = [self._pending.pop(i) for i in ids if i in self._pending]
-        if done:
-            self._rewrite()
-        return done
+        with self._lock:
+            done = [self._pending.pop(i) for i in ids if i in self._pending]
+            if done:
+                self._rewrite()
+            return done
 
     def _rewrite(self) -> None:
         if not self._pending:
@@ -105,6 +115,15 @@ class Buffer:
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o600)
             os.replace(tmp, self.path)
+            _fsync_dir(self.path.parent)  # the rename itself survives a power cut
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

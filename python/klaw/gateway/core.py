@@ -108,6 +108,7 @@ class Gateway:
         self._typing: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._commands: list[tuple[str, str]] | None = None
+        self._sent_on_link: set[str] = set()  # ids sent on the current engine connection
         for msg in self.buffer.pending():  # their replies are still due after a restart
             self.access.note_inbound(msg.chat_id)
         for ch in channels:
@@ -199,8 +200,11 @@ class Gateway:
         await asyncio.to_thread(self._keep, msg)
         self._start_typing(msg.chat_id)
         async with self._write_lock:
-            if self.connected.is_set():
+            # The reconnect replay may have sent it already (it was buffered while
+            # we waited for the lock); a command sent twice would run twice.
+            if self.connected.is_set() and msg.id not in self._sent_on_link:
                 await self._send_engine_locked(msg)
+                self._sent_on_link.add(msg.id)
 
     def _keep(self, msg: Inbound | Command) -> None:
         # Buffer first: a power cut between the two leaves a buffered message whose
@@ -354,7 +358,7 @@ class Gateway:
             self._writer = writer
             # Replay everything unanswered, including what arrives meanwhile, before
             # new messages may go out directly (they wait for this lock).
-            sent: set[str] = set()
+            sent = self._sent_on_link = set()
             while todo := [m for m in self.buffer.pending() if m.id not in sent]:
                 for msg in todo:
                     await self._send_engine_locked(msg)
@@ -429,6 +433,7 @@ class Gateway:
         if err.code in (ErrorCode.SHUTTING_DOWN, ErrorCode.NOT_REGISTERED):
             return  # stays buffered: re-sent after the next registration
         await asyncio.to_thread(self.buffer.settle, [msg.id])
+        self._sent_on_link.discard(msg.id)
         if err.code == ErrorCode.DUPLICATE:
             return
         log.error("the engine could not process %s: %s %s", msg.id, err.code, err.message)
@@ -470,6 +475,7 @@ class Gateway:
         if failure is not None:
             line = line.model_copy(update={"meta": {**line.meta, "undelivered": failure}})
         await asyncio.to_thread(self._log_outbound, out, line)
+        self._sent_on_link.difference_update(out.answers)
         # Any message to the chat ends "typing…" (a notice too: the retry may take
         # minutes); the next inbound starts it again.
         task = self._typing.pop(out.chat_id, None)

@@ -9,6 +9,7 @@ first use, and then kept up to date in memory.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +28,9 @@ class LogBook:
     def __init__(self, root: Path) -> None:
         self.writer = JsonlWriter(root)
         self._ids: dict[Path, set[str]] = {}
+        # Inbound and outbound are logged from worker threads: one lock keeps a day
+        # file's id set from being loaded twice and losing an id.
+        self._lock = threading.RLock()
 
     def _known(self, path: Path) -> set[str]:
         ids = self._ids.get(path)
@@ -39,10 +43,15 @@ class LogBook:
 
     def has(self, chat_id: str, line: LogLine) -> bool:
         record = to_record(line)
-        return record.id in self._known(self.writer.path_for(chat_id, record))
+        with self._lock:
+            return record.id in self._known(self.writer.path_for(chat_id, record))
 
     def write(self, chat_id: str, lines: Sequence[LogLine]) -> int:
         """Appends the new ones among `lines`, in order; returns how many were written."""
+        with self._lock:
+            return self._write(chat_id, lines)
+
+    def _write(self, chat_id: str, lines: Sequence[LogLine]) -> int:
         fresh: list[Record] = []
         for line in lines:
             record = to_record(line)
