@@ -184,6 +184,7 @@ class Pipeline:
         self._active: set[str] = set()  # ids of messages queued or in a running turn
         self._registries: dict[str, ToolRegistry] = {}
         self._retrying: set[str] = set()  # unanswered messages waiting for their retry
+        self._marks: dict[str, dict[str, Any]] = {}  # answered watermarks, by chat
         # When no model answers, the batch is tried again after this, doubling.
         self.retry_base_s = 30.0
         self.retry_max_s = 900.0
@@ -235,9 +236,8 @@ class Pipeline:
         if msg.id in self._active or msg.id in self._retrying:
             log.info("message %s of %s is already being processed", msg.id, msg.chat_id)
             return False
-        mark = self._watermark(msg.chat_id) or {}
-        replies = [r for r in mark.get("replies", []) if isinstance(r, dict)]
-        stored = next((r for r in replies if msg.id in r.get("answers", [])), None)
+        mark = self._watermark(msg.chat_id)
+        stored = self._stored_reply(msg.chat_id, mark, msg.id)
         # `>=`: a message of the watermark's own second that no kept reply answers
         # was sent beside an answered one, not answered itself.
         if stored is None and (to_iso(msg.ts) or "") >= str(mark.get("ts", "")):
@@ -256,15 +256,36 @@ class Pipeline:
             )
         return False
 
-    def _watermark(self, chat_id: str) -> dict[str, Any] | None:
-        raw = self.memory.store.meta_get(WATERMARK_KEY.format(chat_id=chat_id))
-        if not raw:
+    def _watermark(self, chat_id: str) -> dict[str, Any]:
+        """The chat's answered watermark: {"ts", "n", "slots": {slot: [answered ids]}}.
+
+        The replies themselves sit in KEPT_REPLIES ring slots of their own keys, so
+        a turn writes its own reply and a small index, not all kept replies. The
+        engine is the only writer, so the index is cached.
+        """
+        mark = self._marks.get(chat_id)
+        if mark is None:
+            raw = self.memory.store.meta_get(WATERMARK_KEY.format(chat_id=chat_id))
+            try:
+                loaded = json.loads(raw) if raw else {}
+            except ValueError:
+                loaded = {}
+            mark = loaded if isinstance(loaded, dict) else {}
+            self._marks[chat_id] = mark
+        return mark
+
+    def _stored_reply(self, chat_id: str, mark: dict[str, Any], msg_id: str) -> Any:
+        slots = mark.get("slots")
+        if not isinstance(slots, dict):
             return None
+        slot = next((k for k, ids in slots.items() if msg_id in ids), None)
+        if slot is None:
+            return None
+        raw = self.memory.store.meta_get(f"{WATERMARK_KEY.format(chat_id=chat_id)}:{slot}")
         try:
-            mark = json.loads(raw)
+            return json.loads(raw) if raw else None
         except ValueError:
             return None
-        return mark if isinstance(mark, dict) else None
 
     async def _command(self, cmd: Command, reply: Reply, *, duplicate: bool) -> None:
         """Runs a command in its chat's order, after any batch collected before it."""
@@ -470,7 +491,7 @@ class Pipeline:
             await asyncio.sleep(delay)
         finally:
             self._retrying.difference_update(m.id for m in batch.messages)
-        mark = self._watermark(batch.messages[0].chat_id) or {}
+        mark = self._watermark(batch.messages[0].chat_id)
         if str(mark.get("ts", "")) >= latest:
             # A later turn answered the chat with these messages in its window:
             # settle them at the gateway (nothing more will come for them).
@@ -499,11 +520,16 @@ class Pipeline:
         store.insert_messages([line_row(outbound_line(out), out.channel, out.chat_id)])
         # The last few replies are kept: after a gateway outage every one of them may
         # still be owed (the gateway re-sends what it never saw answered).
-        previous = self._watermark(out.chat_id) or {}
-        replies = [r for r in previous.get("replies", []) if isinstance(r, dict)]
-        replies = [*replies[-(KEPT_REPLIES - 1) :], out.model_dump(mode="json")]
-        mark = {"ts": max(latest, str(previous.get("ts", ""))), "replies": replies}
-        store.meta_set(WATERMARK_KEY.format(chat_id=out.chat_id), json.dumps(mark))
+        key = WATERMARK_KEY.format(chat_id=out.chat_id)
+        previous = self._watermark(out.chat_id)
+        n = int(previous.get("n", 0))
+        slot = str(n % KEPT_REPLIES)
+        store.meta_set(f"{key}:{slot}", out.model_dump_json())
+        slots = dict(previous.get("slots") or {})
+        slots[slot] = out.answers
+        mark = {"ts": max(latest, str(previous.get("ts", ""))), "n": n + 1, "slots": slots}
+        store.meta_set(key, json.dumps(mark))
+        self._marks[out.chat_id] = mark
 
     def _inputs(
         self, chat_id: str, first_ts: str, latest: str, own: set[str]
