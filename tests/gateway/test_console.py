@@ -380,6 +380,8 @@ async def test_lines_after_listen_stopped_are_refused(served: Served) -> None:
 class Terminal:
     """`klaw chat` running on a pty; output is read as it comes, with deadlines."""
 
+    subcommand = "chat"
+
     def __init__(self) -> None:
         self.master, self.slave = os.openpty()
         fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
@@ -395,7 +397,7 @@ class Terminal:
             sys.executable,
             "-m",
             "klaw.cli.app",
-            "chat",
+            self.subcommand,
             *args,
             stdin=self.slave,
             stdout=self.slave,

@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,22 +28,7 @@ def home(klaw_home: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> Iterator[Klaw
 
 
 class UpTerminal(Terminal):
-    async def start(self, *args: str) -> None:
-        env = dict(os.environ, TERM="xterm", INPUTRC="/dev/null", COLUMNS="100")
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "klaw.cli.app",
-            "up",
-            *args,
-            stdin=self.slave,
-            stdout=self.slave,
-            stderr=self.slave,
-            env=env,
-            start_new_session=True,
-        )
-        os.close(self.slave)
-        asyncio.get_running_loop().add_reader(self.master, self._on_readable)
+    subcommand = "up"
 
 
 def klaw_processes() -> set[int]:
