@@ -169,9 +169,12 @@ def _background(
         asyncio.create_task(_logged(_index_docs(memory, ensure_docs_indexed, stop), "docs index"))
     ]
     if config.memory.watch.enabled:
+        from klaw.malloc import trim
         from klaw.memory.watch import MemoryWatcher
 
-        watcher = MemoryWatcher(memory, config.memory.watch.debounce_ms)
+        watcher = MemoryWatcher(
+            memory, config.memory.watch.debounce_ms, on_indexed=lambda _report: trim()
+        )
         tasks.append(asyncio.create_task(_logged(watcher.run(stop), "memory watcher")))
     return tasks
 
@@ -189,6 +192,9 @@ async def _index_docs(
         await asyncio.wait_for(stop.wait(), DOCS_INDEX_DELAY_S)
         return  # stopping before it was time
     report: Any = await asyncio.to_thread(ensure, memory)
+    from klaw.malloc import trim
+
+    trim()
     if getattr(report, "indexed", False):
         log.info("docs indexed: %s chunks in %.1f s", report.chunks, report.seconds)
 
@@ -237,6 +243,9 @@ def main(paths: KlawPaths | None = None, *, with_memory: bool = True) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from klaw.malloc import limit_arenas
+
+    limit_arenas()  # before any worker thread exists
     # httpx logs every request at INFO: the engine's log would be mostly that.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     paths = paths or KlawPaths.from_env()
