@@ -143,10 +143,29 @@ class GatewayConfig(_Section):
 # --------------------------------------------------------------------------- engine.yaml
 
 
+def is_loopback(endpoint: str) -> bool:
+    """True when `endpoint`'s host is localhost or a loopback address."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(endpoint).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class ProviderConfig(_Section):
     type: Literal["openai-compatible", "anthropic", "gemini"] = "openai-compatible"
     endpoint: str
     api_key: Annotated[str | None, BeforeValidator(_empty_to_none)] = None
+
+    @property
+    def callable_without_probe(self) -> bool:
+        """An API key, or a keyless server on this machine (Ollama, the offline model)."""
+        return bool(self.api_key) or is_loopback(self.endpoint)
 
 
 class ModelConfig(_Section):

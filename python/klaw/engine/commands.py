@@ -152,11 +152,7 @@ class Commands:
 
     def _has_key(self, ref: str) -> bool:
         provider = self.config.providers.get(ref.partition("/")[0])
-        if provider is None:
-            return False
-        return bool(provider.api_key) or provider.endpoint.startswith(
-            ("http://localhost", "http://127.0.0.1")
-        )
+        return provider is not None and provider.callable_without_probe
 
     def _models(self, current: str) -> str:
         lines = ["Models (engine.yaml):"]

@@ -162,12 +162,8 @@ def _background(
     config: EngineConfig, memory: Memory, stop: asyncio.Event
 ) -> list[asyncio.Task[None]]:
     """Keeps workspace memory (MEMORY.md, memory/*.md) and Klaw's docs indexed."""
-    from klaw.memory.docs import ensure_docs_indexed
-
     # Klaw's own docs for docs_search: indexed when they or the model changed.
-    tasks = [
-        asyncio.create_task(_logged(_index_docs(memory, ensure_docs_indexed, stop), "docs index"))
-    ]
+    tasks = [asyncio.create_task(_logged(_index_docs(memory, stop), "docs index"))]
     if config.memory.watch.enabled:
         from klaw.malloc import trim
         from klaw.memory.watch import MemoryWatcher
@@ -185,17 +181,16 @@ def _background(
 DOCS_INDEX_DELAY_S = 30.0
 
 
-async def _index_docs(
-    memory: Memory, ensure: Callable[[Memory], object], stop: asyncio.Event
-) -> None:
+async def _index_docs(memory: Memory, stop: asyncio.Event) -> None:
+    from klaw.malloc import trim
+    from klaw.memory.docs import ensure_docs_indexed
+
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), DOCS_INDEX_DELAY_S)
         return  # stopping before it was time
-    report: Any = await asyncio.to_thread(ensure, memory)
-    from klaw.malloc import trim
-
+    report = await asyncio.to_thread(ensure_docs_indexed, memory)
     trim()
-    if getattr(report, "indexed", False):
+    if report.indexed:
         log.info("docs indexed: %s chunks in %.1f s", report.chunks, report.seconds)
 
 

@@ -567,12 +567,9 @@ class Pipeline:
         if stored not in self.config.models:
             return self.config.routing.default
         provider = self.config.providers.get(stored.partition("/")[0])
-        if provider is None:
+        if provider is None or not provider.callable_without_probe:
             return self.config.routing.default
-        keyless_remote = not provider.api_key and not provider.endpoint.startswith(
-            ("http://localhost", "http://127.0.0.1", "http://[::1]")
-        )
-        return self.config.routing.default if keyless_remote else stored
+        return stored
 
     def _tools_for(self, model: str) -> bool:
         spec = self.config.models.get(model)

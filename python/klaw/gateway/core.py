@@ -77,10 +77,6 @@ class GatewayTimings:
     reconnect_max_s: float = 10.0
     register_timeout_s: float = 10.0
     typing_every_s: float = 4.0
-    # The channel retries rate limits and network errors itself; retrying a whole
-    # multi-part reply here would send its first parts twice.
-    send_retries: int = 0
-    send_retry_initial_s: float = 1.0
     drain_s: float = 30.0  # at shutdown, how long replies being sent may take
 
 
@@ -197,7 +193,7 @@ class Gateway:
                 "message %s of %s was handled before: not forwarded again", msg.id, msg.chat_id
             )
             return
-        await asyncio.to_thread(self._keep, msg)
+        await asyncio.to_thread(self._keep, msg, line)
         self._start_typing(msg.chat_id)
         async with self._write_lock:
             # The reconnect replay may have sent it already (it was buffered while
@@ -206,12 +202,12 @@ class Gateway:
                 await self._send_engine_locked(msg)
                 self._sent_on_link.add(msg.id)
 
-    def _keep(self, msg: Inbound | Command) -> None:
+    def _keep(self, msg: Inbound | Command, line: LogLine) -> None:
         # Buffer first: a power cut between the two leaves a buffered message whose
         # log line is written on Telegram's redelivery, never a logged message that
         # the redelivery check would take for one already handled.
         self.buffer.add(msg)
-        self.logbook.write(msg.chat_id, [inbound_line(msg)])
+        self.logbook.write(msg.chat_id, [line])
 
     def _normalize(self, inc: Incoming) -> Inbound | Command:
         meta = InboundMeta(
@@ -468,10 +464,17 @@ class Gateway:
         if self.logbook.has(out.chat_id, line):
             # Sent before (the engine re-sent a stored reply): confirm, do not repeat.
             await asyncio.to_thread(self.buffer.settle, out.answers)
+            self._sent_on_link.difference_update(out.answers)
             return Delivered(ref=out.id)
         failure: str | None = None
         if out.content.strip():
-            failure = await self._send_with_retries(channel, out)
+            # The channel retries rate limits and network errors itself; retrying a
+            # whole multi-part reply here would send its first parts twice.
+            try:
+                await channel.send(out.chat_id, out.content, reply_to=out.reply_to)
+            except ChannelSendError as exc:
+                log.error("reply %s to %s not delivered: %s", out.id, out.chat_id, exc)
+                failure = str(exc)
         if failure is not None:
             line = line.model_copy(update={"meta": {**line.meta, "undelivered": failure}})
         await asyncio.to_thread(self._log_outbound, out, line)
@@ -488,21 +491,3 @@ class Gateway:
     def _log_outbound(self, out: Outbound, line: LogLine) -> None:
         self.logbook.write(out.chat_id, [*out.records, line])
         self.buffer.settle(out.answers)
-
-    async def _send_with_retries(self, channel: Channel, out: Outbound) -> str | None:
-        """None once sent; else why it could not be (after retrying transient failures)."""
-        delay = self.timings.send_retry_initial_s
-        for attempt in range(self.timings.send_retries + 1):
-            try:
-                await channel.send(out.chat_id, out.content, reply_to=out.reply_to)
-                return None
-            except ChannelSendError as exc:
-                if exc.permanent or attempt == self.timings.send_retries:
-                    log.error("reply %s to %s not delivered: %s", out.id, out.chat_id, exc)
-                    return str(exc)
-                log.warning(
-                    "sending to %s failed (%s); retrying in %.0f s", out.chat_id, exc, delay
-                )
-                await asyncio.sleep(delay)
-                delay *= 2
-        return "not sent"

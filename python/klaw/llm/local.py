@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import ipaddress
 import logging
 import os
 import signal
@@ -44,9 +43,8 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
-from klaw.config import EngineConfig, ModelConfig, ProviderConfig
+from klaw.config import EngineConfig, ModelConfig, ProviderConfig, is_loopback
 from klaw.errors import KlawError
 
 if TYPE_CHECKING:
@@ -151,17 +149,6 @@ def chain_providers(config: EngineConfig) -> list[str]:
     refs = [config.routing.default, *config.routing.fallback]
     names = [ref.partition("/")[0] for ref in refs]
     return [name for name in dict.fromkeys(names) if name in config.providers]
-
-
-def is_loopback(endpoint: str) -> bool:
-    """True when `endpoint`'s host is localhost or a loopback address."""
-    host = (urlsplit(endpoint).hostname or "").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def _answers(endpoint: str, timeout_s: float) -> bool:
