@@ -21,6 +21,7 @@ class QuietChannel:
     """A console-named transport that never receives anything by itself."""
 
     name = "console"
+    admit = None
 
     async def listen(self, on_message: Callable[[Incoming], Awaitable[None]]) -> None:
         await asyncio.Event().wait()

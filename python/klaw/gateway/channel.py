@@ -72,6 +72,9 @@ class Channel(Protocol):
     """A chat transport. `listen` runs until cancelled; the others may run concurrently."""
 
     name: str
+    #: Set by the gateway: whether a chat ("telegram_123") may be served, so a channel
+    #: can skip work (downloads) for chats that will be refused. None: everyone.
+    admit: Callable[[str], bool] | None
 
     async def listen(self, on_message: OnMessage) -> None:
         """Receives updates and awaits `on_message` for each, in arrival order per chat.

@@ -36,7 +36,7 @@ import socket
 import stat
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -135,6 +135,7 @@ class ConsoleChannel:
     """
 
     name = "console"
+    admit: Callable[[str], bool] | None = None  # the local user is always admitted
 
     def __init__(self, socket_path: Path, *, user: str | None = None) -> None:
         self.socket_path = Path(socket_path)

@@ -108,9 +108,7 @@ class Gateway:
         for msg in self.buffer.pending():  # their replies are still due after a restart
             self.access.note_inbound(msg.chat_id)
         for ch in channels:
-            # A channel that can ask (Telegram) skips downloads for refused chats.
-            if hasattr(ch, "admit"):
-                ch.admit = functools.partial(self._admits, ch.name)
+            ch.admit = functools.partial(self._admits, ch.name)
 
     def _admits(self, channel: str, chat_id: str) -> bool:
         return self.access.inbound_allowed(channel, chat_id)
@@ -194,7 +192,7 @@ class Gateway:
             )
             return
         await asyncio.to_thread(self._keep, msg, line)
-        self._start_typing(msg.chat_id)
+        self._start_typing(msg.channel, msg.chat_id)
         async with self._write_lock:
             # The reconnect replay may have sent it already (it was buffered while
             # we waited for the lock); a command sent twice would run twice.
@@ -287,13 +285,13 @@ class Gateway:
 
     # ------------------------------------------------------------------ typing
 
-    def _start_typing(self, chat_id: str) -> None:
+    def _start_typing(self, channel: str, chat_id: str) -> None:
         task = self._typing.get(chat_id)
         if task is None or task.done():
-            self._typing[chat_id] = asyncio.create_task(self._keep_typing(chat_id))
+            self._typing[chat_id] = asyncio.create_task(self._keep_typing(channel, chat_id))
 
-    async def _keep_typing(self, chat_id: str) -> None:
-        channel = self.channels.get(chat_id.split("_", 1)[0])
+    async def _keep_typing(self, name: str, chat_id: str) -> None:
+        channel = self.channels.get(name)
         if channel is None:
             return
         while any(m.chat_id == chat_id for m in self.buffer.pending()):
@@ -359,7 +357,7 @@ class Gateway:
                 for msg in todo:
                     await self._send_engine_locked(msg)
                     sent.add(msg.id)
-                    self._start_typing(msg.chat_id)
+                    self._start_typing(msg.channel, msg.chat_id)
             self.connected.set()
         log.info("connected to the engine (pid %d); re-sent %d message(s)", reply.pid, len(sent))
         return True
