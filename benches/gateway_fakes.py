@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gateway"))
 from fake_telegram import FakeTelegram
 
-from klaw.engine.protocol import Outbound, Registered, encode
+from klaw.wire.protocol import Outbound, Registered, encode
 
 OWNER = 100  # the one chat, in allowedChatIds
 T = 30.0

@@ -71,7 +71,7 @@ class _Peer:
     cpu: float = 0.0  # process CPU seconds over all rounds
 
     async def roundtrip(self, n: int) -> None:
-        from klaw.engine.protocol import Inbound, encode
+        from klaw.wire.protocol import Inbound, encode
 
         line = encode(
             Inbound(
@@ -181,9 +181,9 @@ def test_overhead_klaw_engine(
     """
     from klaw.config import load_engine_config
     from klaw.engine.daemon import run
-    from klaw.engine.protocol import Outbound, Register, Registered, decode, encode
     from klaw.memory import Memory
     from klaw.paths import KlawPaths
+    from klaw.wire.protocol import Outbound, Register, Registered, decode, encode
 
     paths = KlawPaths.from_env(es.clone_home(history.root, tmp_path / "home"))
     cfg = load_engine_config(es.write_engine_yaml(paths.config_dir, llm.url, debounce_ms=0))

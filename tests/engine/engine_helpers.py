@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from klaw.engine.daemon import run
-from klaw.engine.protocol import LineReader, Message, decode, encode
 from klaw.paths import KlawPaths
+from klaw.wire.protocol import LineReader, Message, decode, encode
 
 #: Upper bound for any single wait in these tests.
 T = 10.0

@@ -14,7 +14,10 @@ import pytest
 from engine_helpers import Peer, peer, running
 
 from klaw.config import EngineConfig
-from klaw.engine.protocol import (
+from klaw.llm.errors import USER_MESSAGE
+from klaw.memory import Memory
+from klaw.paths import KlawPaths
+from klaw.wire.protocol import (
     MAX_LINE_BYTES,
     Command,
     Delivered,
@@ -26,9 +29,6 @@ from klaw.engine.protocol import (
     Register,
     Registered,
 )
-from klaw.llm.errors import USER_MESSAGE
-from klaw.memory import Memory
-from klaw.paths import KlawPaths
 from scripted_llm import FakeLLM, call, engine_config
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)

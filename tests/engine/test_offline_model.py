@@ -9,10 +9,10 @@ from typing import Any
 from engine_helpers import peer, running
 
 from klaw.config import load_engine_config
-from klaw.engine.protocol import Inbound, Outbound, Register, Registered
 from klaw.llm.local import local_model_path, missing_local_parts
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
+from klaw.wire.protocol import Inbound, Outbound, Register, Registered
 
 
 async def test_no_key_means_the_offline_model_answers(

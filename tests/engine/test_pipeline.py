@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from klaw.engine.pipeline import INTERACTIVE, SUBAGENT, Pipeline, PrioritySlots
-from klaw.engine.protocol import Command, Error, Inbound, Outbound
 from klaw.llm.errors import USER_MESSAGE
 from klaw.llm.router import Router
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
+from klaw.wire.protocol import Command, Error, Inbound, Outbound
 from scripted_llm import FakeLLM, call, engine_config
 
 T = 10.0  # upper bound for any single wait

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from klaw.engine.protocol import (
+from klaw.errors import KlawError
+from klaw.wire.protocol import (
     MAX_LINE_BYTES,
     Attachment,
     Command,
@@ -43,7 +44,6 @@ from klaw.engine.protocol import (
     encode,
     error_for,
 )
-from klaw.errors import KlawError
 
 TS = datetime(2026, 2, 24, 14, 30, tzinfo=UTC)
 

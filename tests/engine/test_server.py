@@ -17,7 +17,10 @@ from engine_helpers import T, peer, running
 
 from klaw.engine import client
 from klaw.engine.daemon import run
-from klaw.engine.protocol import (
+from klaw.engine.server import Reply
+from klaw.lock import EngineLock
+from klaw.paths import KlawPaths
+from klaw.wire.protocol import (
     MAX_LINE_BYTES,
     Command,
     Error,
@@ -31,9 +34,6 @@ from klaw.engine.protocol import (
     Status,
     StatusResult,
 )
-from klaw.engine.server import Reply
-from klaw.lock import EngineLock
-from klaw.paths import KlawPaths
 
 TS = datetime(2026, 2, 24, 14, 30, tzinfo=UTC)
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from klaw.engine.protocol import MAX_LINE_BYTES
 from klaw.gateway.channel import ChannelSendError, Incoming
 from klaw.gateway.console import BACKLOG, ConsoleChannel, ConsoleSocketError, console_user
 from klaw.paths import KlawPaths
+from klaw.wire.protocol import MAX_LINE_BYTES
 
 DEADLINE = 10.0
 USER = "tester"

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from klaw.config import GatewayConfig
-from klaw.engine.protocol import Inbound, LineReader, Message, Registered, decode, encode
 from klaw.gateway.buffer import Buffer
 from klaw.gateway.channel import Incoming
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.paths import KlawPaths
+from klaw.wire.protocol import Inbound, LineReader, Message, Registered, decode, encode
 
 T = 10.0
 

@@ -12,14 +12,14 @@ import pytest
 from klaw.cli.app import app
 from klaw.cli.testing import CliRunner
 from klaw.config import GatewayConfig
-from klaw.engine.loglines import inbound_line, outbound_line
-from klaw.engine.protocol import Command, Inbound, LogLine, Outbound
 from klaw.errors import InvalidInput
 from klaw.gateway.access import Access, Approvals, Pairings
 from klaw.gateway.buffer import Buffer
 from klaw.gateway.logbook import LogBook
 from klaw.memory.jsonl import read_jsonl
 from klaw.paths import KlawPaths
+from klaw.wire.loglines import inbound_line, outbound_line
+from klaw.wire.protocol import Command, Inbound, LogLine, Outbound
 
 TS = datetime(2026, 2, 24, 14, 30, tzinfo=UTC)
 

@@ -15,10 +15,10 @@ import pytest
 from fake_telegram import BOT_USERNAME, TOKEN, USER_ID, FakeTelegram
 
 from klaw.config import TelegramConfig
-from klaw.engine.protocol import Quote
 from klaw.gateway.channel import ChannelSendError, Incoming
 from klaw.gateway.telegram import FILE_TOO_LARGE, TelegramChannel, TelegramError, safe_filename
 from klaw.gateway.tgformat import split_message, to_html
+from klaw.wire.protocol import Quote
 
 CHAT = 1001  # a private chat
 GROUP = -100777  # a supergroup

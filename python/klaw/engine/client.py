@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 from typing import TypeVar
 
-from klaw.engine.protocol import (
+from klaw.errors import KlawError
+from klaw.paths import KlawPaths
+from klaw.wire.protocol import (
     Error,
     LineReader,
     MemorySearch,
@@ -27,8 +29,6 @@ from klaw.engine.protocol import (
     decode,
     encode,
 )
-from klaw.errors import KlawError
-from klaw.paths import KlawPaths
 
 __all__ = [
     "EngineNotRunning",

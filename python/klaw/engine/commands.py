@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from klaw import __version__
-from klaw.engine.loglines import line_row, outbound_line
-from klaw.engine.protocol import Command, LogLine, Outbound, new_id
-from klaw.memory.api import to_iso
+from klaw.wire.loglines import line_row, outbound_line
+from klaw.wire.protocol import Command, LogLine, Outbound, new_id
+from klaw.wire.record import to_iso
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from klaw.config import load_engine_config
 from klaw.engine.pipeline import Pipeline
-from klaw.engine.protocol import CommandInfo
 from klaw.engine.server import EngineServer, InboundHandler
 from klaw.errors import ConfigError, KlawError, StoreLocked
 from klaw.lock import EngineLock
 from klaw.paths import KlawPaths
+from klaw.wire.protocol import CommandInfo
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig

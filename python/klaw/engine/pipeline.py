@@ -53,13 +53,13 @@ from klaw.engine.context import (
     message_meta,
     model_limits,
 )
-from klaw.engine.loglines import inbound_line, line_row
-from klaw.engine.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
 from klaw.engine.summaries import latest_summary
 from klaw.errors import KlawError
 from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, Message, Usage
-from klaw.memory.api import to_iso
+from klaw.wire.loglines import inbound_line, line_row
+from klaw.wire.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
+from klaw.wire.record import to_iso
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
@@ -475,7 +475,7 @@ class Pipeline:
             line_type="notice",
             meta={"error": "all_providers_failed"},
         )
-        from klaw.engine.loglines import outbound_line
+        from klaw.wire.loglines import outbound_line
 
         await asyncio.to_thread(
             self.memory.store.insert_messages,
@@ -514,7 +514,7 @@ class Pipeline:
 
     def _finish(self, out: Outbound, latest: str) -> None:
         """Stores the reply row and moves the chat's answered watermark (one writer)."""
-        from klaw.engine.loglines import outbound_line
+        from klaw.wire.loglines import outbound_line
 
         store = self.memory.store
         store.insert_messages([line_row(outbound_line(out), out.channel, out.chat_id)])

@@ -27,7 +27,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 from klaw import __version__
-from klaw.engine.protocol import (
+from klaw.errors import InvalidInput, KlawError
+from klaw.paths import KlawPaths
+from klaw.wire.protocol import (
     Command,
     CommandInfo,
     Delivered,
@@ -56,8 +58,6 @@ from klaw.engine.protocol import (
     encode,
     error_for,
 )
-from klaw.errors import InvalidInput, KlawError
-from klaw.paths import KlawPaths
 
 if TYPE_CHECKING:
     from klaw.memory.api import Memory

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from klaw.engine.protocol import Command, Inbound, ProtocolError, decode, encode
+from klaw.wire.protocol import Command, Inbound, ProtocolError, decode, encode
 
 __all__ = ["Buffer"]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
 
-from klaw.engine.protocol import Attachment, Quote
 from klaw.errors import KlawError
+from klaw.wire.protocol import Attachment, Quote
 
 __all__ = [
     "Channel",

@@ -41,9 +41,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from klaw.engine.protocol import MAX_LINE_BYTES, LineReader, LineTooLong
 from klaw.errors import KlawError
 from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
+from klaw.wire.protocol import MAX_LINE_BYTES, LineReader, LineTooLong
 
 __all__ = [
     "BACKLOG",

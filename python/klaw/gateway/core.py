@@ -27,8 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from klaw.engine.loglines import inbound_line, outbound_line
-from klaw.engine.protocol import (
+from klaw.gateway.access import Access, Approvals, Pairings
+from klaw.gateway.buffer import Buffer
+from klaw.gateway.channel import Channel, ChannelSendError, Incoming
+from klaw.gateway.logbook import LogBook
+from klaw.wire.loglines import inbound_line, outbound_line
+from klaw.wire.protocol import (
     Attachment,
     Command,
     Delivered,
@@ -48,10 +52,6 @@ from klaw.engine.protocol import (
     encode,
     new_id,
 )
-from klaw.gateway.access import Access, Approvals, Pairings
-from klaw.gateway.buffer import Buffer
-from klaw.gateway.channel import Channel, ChannelSendError, Incoming
-from klaw.gateway.logbook import LogBook
 
 if TYPE_CHECKING:
     from klaw.config import GatewayConfig

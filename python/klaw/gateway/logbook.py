@@ -13,9 +13,10 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from klaw.engine.loglines import to_record
-from klaw.engine.protocol import LogLine
-from klaw.memory.jsonl import JsonlWriter, Record, iter_jsonl
+from klaw.memory.jsonl import JsonlWriter, iter_jsonl
+from klaw.wire.loglines import to_record
+from klaw.wire.protocol import LogLine
+from klaw.wire.record import Record
 
 __all__ = ["LogBook"]
 

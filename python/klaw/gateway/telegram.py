@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Final, TypeAlias, TypeVar
 
 from klaw.config import TelegramConfig
-from klaw.engine.protocol import Attachment, Quote
 from klaw.errors import KlawError
 from klaw.gateway.botapi import (
     BotApi,
@@ -47,6 +46,7 @@ from klaw.gateway.botapi import (
 )
 from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
 from klaw.gateway.tgformat import split_message, to_html, visible_text
+from klaw.wire.protocol import Attachment, Quote
 
 __all__ = [
     "FILE_TOO_LARGE",

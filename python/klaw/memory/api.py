@@ -25,6 +25,7 @@ from klaw.errors import InvalidInput
 from klaw.memory.embedding import EmbeddingBackend, OllamaBackend, OnnxBackend
 from klaw.memory.hit import Hit
 from klaw.paths import KlawPaths
+from klaw.wire.record import now_iso, to_iso
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
@@ -34,19 +35,6 @@ log = logging.getLogger("klaw.memory")
 #: Larger Markdown files are refused: embedding them would take hours on a Pi.
 MAX_INDEX_FILE_BYTES = 16 * 1024 * 1024
 _DATED = re.compile(r"(\d{4}-\d{2}-\d{2})")
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def to_iso(value: datetime | str | None) -> str | None:
-    """Accepts a datetime (naive = UTC) or an ISO string; returns ISO UTC."""
-    if value is None or isinstance(value, str):
-        return value
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from klaw.errors import KlawError
 from klaw.tools.base import Tool, ToolError
+from klaw.wire.loglines import line_row, outbound_line
+from klaw.wire.protocol import Outbound
 
 if TYPE_CHECKING:
-    from klaw.engine.protocol import Outbound
     from klaw.memory.api import Memory
 
 __all__ = ["SendMessage"]
 
-Deliver = Callable[["Outbound"], Awaitable[None]]
+Deliver = Callable[[Outbound], Awaitable[None]]
 _CHAT = re.compile(r"^([a-z][a-z0-9]*)_(\S+)$")
 MAX_TEXT = 20_000  # a long message is split by the channel; this bounds a runaway model
 
@@ -54,9 +55,6 @@ class SendMessage(Tool):
         self._source = source_chat
 
     async def run(self, args: dict[str, Any]) -> str:
-        from klaw.engine.loglines import line_row, outbound_line
-        from klaw.engine.protocol import Outbound
-
         chat_id = args["chat_id"].strip()
         match = _CHAT.match(chat_id)
         if match is None:

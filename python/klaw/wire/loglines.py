@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from klaw.engine.protocol import Command, Inbound, LogLine, Outbound
-from klaw.memory.api import to_iso
-from klaw.memory.jsonl import Record
+from klaw.wire.protocol import Command, Inbound, LogLine, Outbound
+from klaw.wire.record import Record, to_iso
 
 __all__ = ["command_text", "inbound_line", "line_row", "outbound_line", "to_record"]
 

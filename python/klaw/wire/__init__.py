@@ -1,0 +1,10 @@
+"""What crosses process and file boundaries, shared by gateway, engine, tools and CLI.
+
+- `klaw.wire.protocol`: the engine socket protocol (typed messages, one JSON a line).
+- `klaw.wire.loglines`: the conversation-log lines the gateway writes and the engine
+  stores as rows.
+- `klaw.wire.record`: the JSONL record type of the conversation logs.
+
+This package imports nothing from `klaw.engine`, `klaw.gateway`, `klaw.tools` or
+`klaw.cli`, so each of them can import it without depending on the others.
+"""
