@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from klaw.config import EngineConfig, ModelConfig, ProviderConfig, is_loopback
 from klaw.errors import KlawError
+from klaw.retry import Backoff
 
 if TYPE_CHECKING:
     from klaw.paths import KlawPaths
@@ -497,7 +498,8 @@ class LocalModelServer:
 
     async def _supervise(self) -> None:
         first, longest = self.restart_backoff_s
-        delay = first
+        backoff = Backoff(first, 2.0, longest)
+        waits = 0  # restart waits since the last child that stayed up
         while not self._stopping:
             proc = self._proc
             assert proc is not None
@@ -505,20 +507,24 @@ class LocalModelServer:
             if self._stopping:
                 return
             if time.monotonic() - self._ready_at >= self.stable_after_s:
-                delay = first
+                waits = 0
             log.warning(
                 "local model server (pid %d) exited with code %d; restarting in %.1f s",
                 proc.pid,
                 code,
-                delay,
+                backoff.delay(waits + 1),
             )
             while not self._stopping:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, longest)
+                waits += 1
+                await asyncio.sleep(backoff.delay(waits))
                 try:
                     await self._spawn_ready()
                 except LocalModelError as exc:
-                    log.error("local model server restart failed (next in %.1f s): %s", delay, exc)
+                    log.error(
+                        "local model server restart failed (next in %.1f s): %s",
+                        backoff.delay(waits + 1),
+                        exc,
+                    )
                     continue
                 self.restarts += 1
                 log.warning("local model server restarted (pid %s)", self.pid)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from klaw.llm.anthropic import AnthropicClient
 from klaw.llm.errors import AllProvidersFailed, LlmConfigError, ProviderError
 from klaw.llm.openai_compat import OpenAICompatClient
 from klaw.llm.types import DeltaCallback, LlmClient, LlmRequest, LlmResponse
+from klaw.retry import Backoff, retry
 
 __all__ = ["ModelRef", "Router", "Sleep"]
 
@@ -182,32 +184,33 @@ class Router:
         self, client: LlmClient, request: LlmRequest, ref: str, relay: DeltaCallback
     ) -> LlmResponse:
         llm = self._config.llm
-        delay_s = llm.initial_backoff_ms / 1000
-        attempt = 0
-        while True:
+        streamed = False  # text of the current attempt reached the user: no retry
+
+        async def tracked(text: str) -> None:
+            nonlocal streamed
+            streamed = True
+            await relay(text)
+
+        async def attempt() -> LlmResponse:
+            nonlocal streamed
             streamed = False
+            return await client.complete(request, tracked)
 
-            async def tracked(text: str) -> None:
-                nonlocal streamed
-                streamed = True
-                await relay(text)
+        def retryable(exc: BaseException) -> bool:
+            return isinstance(exc, ProviderError) and not streamed and self._retryable(exc)
 
-            try:
-                return await client.complete(request, tracked)
-            except ProviderError as exc:
-                if streamed or attempt >= llm.max_retries or not self._retryable(exc):
-                    raise
-                wait_s = delay_s
-                if exc.retry_after is not None:
-                    if exc.retry_after > self._max_retry_after_s:
-                        raise  # asked to come back much later: another model will do
-                    wait_s = exc.retry_after
-                attempt += 1
-                log.info(
-                    "llm %s: %s; retry %d/%d in %.1f s", ref, exc, attempt, llm.max_retries, wait_s
-                )
-                await self._sleep(wait_s)
-                delay_s *= llm.backoff_multiplier
+        return await retry(
+            attempt,
+            attempts=llm.max_retries + 1,
+            backoff=Backoff(llm.initial_backoff_ms / 1000, llm.backoff_multiplier, math.inf),
+            retryable=retryable,
+            # A Retry-After over the cap is raised at once: another model will do.
+            wait_for=lambda exc: exc.retry_after if isinstance(exc, ProviderError) else None,
+            max_wait=self._max_retry_after_s,
+            sleep=self._sleep,
+            log=log,
+            what=f"llm {ref}",
+        )
 
     def _retryable(self, exc: ProviderError) -> bool:
         if exc.status is None:
