@@ -9,10 +9,12 @@ start time.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_write", "fsync_dir", "temp_path"]
+__all__ = ["atomic_path", "atomic_write", "atomic_write_at", "fsync_dir", "temp_name", "temp_path"]
 
 
 def fsync_dir(path: Path | str) -> None:
@@ -24,9 +26,30 @@ def fsync_dir(path: Path | str) -> None:
         os.close(fd)
 
 
+# Room for the dot, the random part and ".tmp" within NAME_MAX (255 bytes).
+_MAX_NAME_IN_TEMP = 200
+
+
+def temp_name(name: str) -> str:
+    """A fresh hidden temp file name for `name`, itself a valid name of at most 255 bytes."""
+    tag = os.urandom(6).hex()
+    if len(os.fsencode(name)) > _MAX_NAME_IN_TEMP:
+        return f".klaw-{tag}.tmp"  # a long name plus the suffix would exceed NAME_MAX
+    return f".{name}.{tag}.tmp"
+
+
 def temp_path(target: Path) -> Path:
     """A fresh hidden temp name beside `target` (same directory, so rename is atomic)."""
-    return target.parent / f".{target.name}.{os.urandom(6).hex()}.tmp"
+    return target.parent / temp_name(target.name)
+
+
+def _fill(fd: int, payload: bytes, mode: int) -> None:
+    """Write all of `payload` to `fd`, set `mode` (the umask may have narrowed it), fsync."""
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fchmod(fd, mode)
+    os.fsync(fd)
 
 
 def atomic_write(
@@ -49,10 +72,50 @@ def atomic_write(
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fchmod(fd, mode)  # the umask may have narrowed it
+            _fill(fd, payload, mode)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(target.parent)
+
+
+def atomic_write_at(dir_fd: int, name: str, data: bytes | str, *, mode: int = 0o600) -> None:
+    """`atomic_write` of `name` inside the directory open as `dir_fd`.
+
+    For callers that reached the directory without following symlinks (the file tools):
+    every step is relative to `dir_fd`, so the directory cannot be swapped underneath.
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = temp_name(name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
+    try:
+        try:
+            _fill(fd, payload, mode)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path | str) -> Iterator[Path]:
+    """A temp path beside `path` for code that writes a file by name (a copy, a
+    download, a library's `save(path)`); when the block ends without an error the file
+    there is fsynced and replaces `path` as `atomic_write` does, else it is removed."""
+    target = Path(path)
+    tmp = temp_path(target)
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)

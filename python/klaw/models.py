@@ -20,7 +20,6 @@ import importlib.util
 import logging
 import os
 import shutil
-import tempfile
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from klaw.errors import ModelNotFound
+from klaw.fsutil import atomic_path
 from klaw.paths import KlawPaths
 
 if TYPE_CHECKING:
@@ -258,30 +258,19 @@ def find_ort_library(
 
 def _copy_atomic(src: Path, dest: Path) -> None:
     # Copy next to the destination and rename, so a crash never leaves half a model.
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    os.close(fd)
-    try:
-        shutil.copy2(src, tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(src, tmp)
 
 
 def _download_atomic(url: str, dest: Path, timeout: float) -> None:
     scheme = urllib.parse.urlsplit(url).scheme
     if scheme not in ("http", "https"):
         raise ValueError(f"--from-hub needs an http(s) URL, got {url!r}")
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+    with atomic_path(dest) as tmp:
+        with tmp.open("xb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
             shutil.copyfileobj(resp, out, length=1 << 20)
-        if Path(tmp).stat().st_size == 0:
+        if tmp.stat().st_size == 0:
             raise OSError(f"{url} returned an empty file")
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def install_model(
@@ -349,14 +338,12 @@ def quantize_dynamic_int8(model: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     folded = model.with_name(model.name + ".fp32.tmp")
-    out = model.with_name(model.name + ".q8.tmp")
     try:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         opts.optimized_model_filepath = str(folded)
         ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
-        quantize_dynamic(str(folded), str(out), per_channel=True, weight_type=QuantType.QInt8)
-        os.replace(out, model)
+        with atomic_path(model) as out:
+            quantize_dynamic(str(folded), str(out), per_channel=True, weight_type=QuantType.QInt8)
     finally:
         folded.unlink(missing_ok=True)
-        out.unlink(missing_ok=True)

@@ -243,6 +243,7 @@ def test_memory_edit_invalid_keeps_original(
     assert message in result.stderr and "core memory unchanged" in result.stderr
     assert paths.core_memory.read_bytes() == before
     assert (paths.memory_dir / "core_memory.rejected.json").read_text() == content
+    assert not list(paths.memory_dir.glob("core_memory.edit-*"))  # the temp copy is gone
 
 
 def test_memory_edit_no_change_and_editor_failure(

@@ -1,4 +1,4 @@
-"""klaw.fsutil.atomic_write: the old file or the new one, never a mix; mode 600."""
+"""klaw.fsutil: the old file or the new one, never a mix; mode 600; no temp file left."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from klaw.fsutil import atomic_write
+from klaw.fsutil import atomic_path, atomic_write, atomic_write_at
 
 
 def test_replaces_content_with_mode_600(tmp_path: Path) -> None:
@@ -54,3 +54,44 @@ def test_symlinked_temp_name_is_not_followed(tmp_path: Path) -> None:
     atomic_write(target, "x")
     assert outside.read_text() == "untouched"
     assert os.path.islink(target) is False
+
+
+def test_a_name_of_255_bytes_can_be_replaced(tmp_path: Path) -> None:
+    # The temp name must stay within NAME_MAX too (".{name}.{random}.tmp" would not).
+    target = tmp_path / ("я" * 127 + "x")  # 255 bytes in UTF-8
+    target.write_text("old")
+    atomic_write(target, "new")
+    assert target.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_write_at_a_directory_descriptor(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("old")
+    dfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        atomic_write_at(dfd, "f", "new", mode=0o640)
+        atomic_write_at(dfd, "g", b"\x01")
+        with pytest.raises(IsADirectoryError):
+            (tmp_path / "d").mkdir()
+            atomic_write_at(dfd, "d", "x")
+    finally:
+        os.close(dfd)
+    assert (tmp_path / "f").read_text() == "new"
+    assert stat.S_IMODE((tmp_path / "f").stat().st_mode) == 0o640
+    assert (tmp_path / "g").read_bytes() == b"\x01"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "f", "g"]  # no temp left
+
+
+def test_atomic_path_replaces_on_success_only(tmp_path: Path) -> None:
+    target = tmp_path / "model.onnx"
+    target.write_text("old")
+    with atomic_path(target) as tmp:
+        assert tmp.parent == tmp_path and not tmp.exists()
+        tmp.write_text("new")
+        assert target.read_text() == "old"  # nothing visible before the block ends
+    assert target.read_text() == "new"
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("download broke")
+    assert target.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]

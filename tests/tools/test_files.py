@@ -241,7 +241,7 @@ async def test_write_creates_parents_and_is_readable(reg: ToolRegistry, ws: Path
     assert stat.S_IMODE((ws / "a/b/c.md").stat().st_mode) == 0o644
     res = await reg.dispatch("file_read", {"path": "a/b/c.md"})
     assert res.content == "привет\n"
-    assert not [p for p in ws.rglob(".klaw-*")]  # no temp files left
+    assert not [p for p in ws.rglob(".*.tmp")]  # no temp files left
 
 
 async def test_overwrite_keeps_mode_and_append_appends(reg: ToolRegistry, ws: Path) -> None:

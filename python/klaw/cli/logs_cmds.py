@@ -160,6 +160,7 @@ def memory_edit() -> int:
     import subprocess
     import tempfile
 
+    from klaw.fsutil import atomic_write
     from klaw.memory.core import CoreMemory, CoreMemoryCorrupt, validate_core_memory
 
     paths = KlawPaths.from_env()
@@ -195,7 +196,8 @@ def memory_edit() -> int:
 
     def reject(reason: str) -> int:
         kept = paths.memory_dir / "core_memory.rejected.json"
-        os.replace(tmp, kept)
+        atomic_write(kept, edited)  # durable before the editor's copy goes
+        tmp.unlink()
         _err(f"error: {reason}; core memory unchanged (your edit is kept in {kept})")
         return 1
 

@@ -33,6 +33,7 @@ import stat
 from pathlib import Path
 from typing import Any, ClassVar
 
+from klaw.fsutil import atomic_write_at
 from klaw.tools.base import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError
 
 __all__ = ["FileList", "FileRead", "FileWrite", "PathRefused", "Workspace"]
@@ -329,30 +330,11 @@ class Workspace:
                     "bytes (files.maxFileSizeBytes)"
                 )
             data = old + data
-        tmp = f".klaw-{os.urandom(6).hex()}.tmp"
         try:
-            fd = os.open(
-                tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=dfd,
-            )
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, mode)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            # Relative to the directory reached without following symlinks (see _walk).
+            atomic_write_at(dfd, name, data, mode=mode)
         except OSError as exc:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
             raise self._os_error(exc, shown, shown) from None
-        os.fsync(dfd)
         verb = "Appended to" if append and existed else "Wrote"
         return f"{verb} {shown} ({len(data)} bytes)"
 
