@@ -57,6 +57,7 @@ from klaw.engine.summaries import latest_summary
 from klaw.errors import KlawError
 from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, Message, Usage
+from klaw.retry import Backoff
 from klaw.wire.loglines import inbound_line, line_row
 from klaw.wire.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
 from klaw.wire.record import to_iso
@@ -482,7 +483,7 @@ class Pipeline:
             [line_row(outbound_line(out), out.channel, out.chat_id)],
         )
         await _send(batch.replies[-1], out)
-        delay = min(self.retry_base_s * 2 ** min(batch.attempt, 10), self.retry_max_s)
+        delay = Backoff(self.retry_base_s, 2.0, self.retry_max_s).delay(batch.attempt + 1)
         self._retrying.update(m.id for m in batch.messages)
         self._spawn(self._retry(batch, latest, delay))
 
