@@ -67,6 +67,7 @@ __all__ = [
     "default_gateway_yaml",
     "load_engine_config",
     "load_gateway_config",
+    "planned_settings",
     "resolve_workspace",
     "substitute_env",
 ]
@@ -121,6 +122,8 @@ class TelegramConfig(_Section):
 
 
 class DiscordConfig(_Section):
+    """Planned: the Discord channel (issue 14). Nothing reads these keys yet."""
+
     enabled: bool = False
     token: str = ""
     allowed_chat_ids: ChatIds = Field(default_factory=list)
@@ -178,6 +181,9 @@ class ModelConfig(_Section):
 
 
 class RoutingTasks(_Section):
+    """Planned: models for background summarization and subagents (the scheduler,
+    issue 9). Checked by `klaw doctor`, but no task is routed by them yet."""
+
     summarization: str = "ollama/qwen3:8b"
     subagent: str = "glm/glm-4-plus"
 
@@ -239,7 +245,7 @@ class MemoryConfig(_Section):
 class ContextConfig(_Section):
     default_budget_tokens: PositiveInt = 8000
     sliding_window: PositiveInt = 20
-    subagent_window: PositiveInt = 5
+    subagent_window: PositiveInt = 5  # planned: subagents (the scheduler, issue 9)
     allow_private_memory_in_groups: bool = False
 
 
@@ -264,10 +270,14 @@ class LlmConfig(_Section):
 
 
 class LoggingConfig(_Section):
+    """Planned: logs of subagent and scheduler chats (the scheduler, issue 9)."""
+
     subagent_conversations: bool = True
 
 
 class CodeExecutionConfig(_Section):
+    """Planned: the code sandbox (issue 10). Nothing reads these keys yet."""
+
     # "auto": Docker when an engine answers, else the bubblewrap backend with the same policy.
     backend: Literal["auto", "docker", "bubblewrap"] = "auto"
     docker_image: str = "klaw-sandbox:latest"
@@ -318,6 +328,8 @@ class OpenClawConfig(_Section):
 
 
 class CompatibilityConfig(_Section):
+    """Planned: OpenClaw write-back and import (issue 12). Nothing reads these keys yet."""
+
     openclaw: OpenClawConfig = Field(default_factory=OpenClawConfig)
 
 
@@ -723,3 +735,67 @@ def load_gateway_config(
     env = os.environ if env is None else env
     path = KlawPaths.from_env(env).gateway_config if path is None else path
     return _validate(GatewayConfig, path, env, default_gateway_yaml, _gateway_required)
+
+
+# --------------------------------------------------------------------------- planned keys
+
+# Keys the design defines but nothing reads yet, with what they wait for (the model
+# docstrings say the same). Paths are attribute names; messages use the YAML spelling.
+PLANNED_KEYS: dict[type[BaseModel], dict[tuple[str, ...], str]] = {
+    EngineConfig: {
+        ("routing", "tasks"): "task routing with the scheduler, issue 9",
+        ("context", "subagent_window"): "subagents with the scheduler, issue 9",
+        ("logging",): "subagent and scheduler logs, issue 9",
+        ("code_execution",): "code sandbox, issue 10",
+        ("compatibility",): "OpenClaw compatibility, issue 12",
+    },
+    GatewayConfig: {("channels", "discord"): "Discord channel, issue 14"},
+}
+
+
+def planned_settings(
+    cfg: EngineConfig | GatewayConfig, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """One warning per planned key the file sets to something other than its default.
+
+    `klaw init` writes every default, so a key merely present is not reported. String
+    defaults are compared after `${VAR}` expansion, as the loader expands them.
+    """
+    env = os.environ if env is None else env
+    if isinstance(cfg, EngineConfig):
+        env = _with_workspace(env, {"workspace": str(cfg.workspace or "")})
+    out: list[str] = []
+    for path, planned in PLANNED_KEYS[type(cfg)].items():
+        node: BaseModel = cfg
+        loc: list[str] = []
+        for name in path[:-1]:
+            if name not in node.model_fields_set:
+                break
+            loc.append(type(node).model_fields[name].alias or name)
+            node = getattr(node, name)
+        else:
+            for dotted in _changed(node, path[-1], loc, env):
+                out.append(
+                    f"{dotted}: not implemented yet (planned: {planned}); this key has no effect"
+                )
+    return out
+
+
+def _changed(node: BaseModel, name: str, loc: list[str], env: Mapping[str, str]) -> list[str]:
+    """Dotted YAML paths under `node.name` that the file set to a non-default value."""
+    if name not in node.model_fields_set:
+        return []
+    info = type(node).model_fields[name]
+    value, here = getattr(node, name), [*loc, info.alias or name]
+    if isinstance(value, BaseModel):
+        return [d for key in type(value).model_fields for d in _changed(value, key, here, env)]
+    default = info.get_default(call_default_factory=True)
+    return [] if value in (default, _expanded(default, env)) else [".".join(here)]
+
+
+def _expanded(value: Any, env: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return substitute_env(value, env)
+    if isinstance(value, list):
+        return [_expanded(v, env) for v in value]
+    return value

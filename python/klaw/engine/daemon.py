@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from klaw.config import load_engine_config
+from klaw.config import load_engine_config, planned_settings
 from klaw.engine.pipeline import Pipeline
 from klaw.engine.server import EngineServer, InboundHandler
 from klaw.errors import ConfigError, KlawError, StoreLocked
@@ -249,6 +249,8 @@ def main(paths: KlawPaths | None = None, *, with_memory: bool = True) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return 1
+    for line in planned_settings(config):
+        log.warning("%s: %s", paths.engine_config.name, line)
     if config.workspace is not None:
         paths = dataclasses.replace(paths, workspace=config.workspace)
     factory = functools.partial(open_memory, paths, config) if with_memory else None
