@@ -98,7 +98,7 @@ def test_discord_in_gateway_yaml(tmp_path: Path, env: dict[str, str]) -> None:
 
 def test_planned_sections_are_read_by_nothing_else() -> None:
     # When a capability lands, its keys must leave PLANNED_KEYS (and the warning).
-    attrs = {"code_execution", "subagent_conversations", "openclaw"}
+    attrs = {"code_execution", "subagent_conversations", "openclaw", "discord"}
     assert {p[-1] for p in PLANNED_KEYS[EngineConfig]} >= {"code_execution", "compatibility"}
     assert ("channels", "discord") in PLANNED_KEYS[GatewayConfig]
     readers = [

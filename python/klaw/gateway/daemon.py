@@ -52,8 +52,6 @@ def build_channels(paths: KlawPaths, config: GatewayConfig) -> list[Channel]:
             log.error("Telegram is off: %s", exc)
     elif tg.enabled:
         log.info("Telegram is off: no bot token (set TELEGRAM_BOT_TOKEN)")
-    if config.channels.discord.enabled:
-        log.warning("Discord is not supported yet: channels.discord is ignored")
     if config.channels.console.enabled:
         from klaw.gateway.console import ConsoleChannel
 
