@@ -2,8 +2,11 @@
 
 YAML keys are camelCase as the design writes them; attributes are snake_case. Unknown keys
 are rejected (a typo must not silently fall back to a default). String values may use
-`${VAR}` and `${VAR:-default}` (`$${` writes a literal `${`); an unset variable without a
-default becomes the empty string, an error only where the key is required (a bot token).
+`${VAR}` and `${VAR:-default}` (`$${` writes a literal `${`; `${VAR:-}` allows empty). An
+unset variable without a default is an error naming the key, the line and the variable,
+except in the secrets whose absence means "off" (a provider's `apiKey`, the Telegram token,
+a disabled channel's token); an unclosed `${` is an error too. Aliases are refused (a YAML
+alias bomb would otherwise expand without bound) and files over 1 MiB are not read.
 Every problem is reported as `FILE:LINE: dotted.key: message`, the line taken from the
 YAML node the value came from.
 """
@@ -418,17 +421,28 @@ def default_gateway_yaml() -> str:
 
 # --------------------------------------------------------------------------- ${VAR}
 
-_VAR = re.compile(r"\$(\$)\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_VAR = re.compile(r"\$(\$)\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|(\$\{)")
 
 
-def substitute_env(text: str, env: Mapping[str, str], unset: list[str] | None = None) -> str:
+def substitute_env(
+    text: str,
+    env: Mapping[str, str],
+    unset: list[str] | None = None,
+    malformed: list[str] | None = None,
+) -> str:
     """Expand `${VAR}` / `${VAR:-default}` (default used when unset or empty) in `text`.
 
-    Names of variables that were unset and had no default are appended to `unset`.
+    Names of variables that were unset and had no default are appended to `unset`; a `${`
+    that does not start a well-formed reference (no closing brace, a bad name) appends the
+    text from there to `malformed` and is kept literally.
     """
 
     def repl(match: re.Match[str]) -> str:
         if match.group(1):  # `$${` escape
+            return "${"
+        if match.group(4):
+            if malformed is not None:
+                malformed.append(text[match.start() : match.start() + 40])
             return "${"
         name, default = match.group(2), match.group(3)
         value = env.get(name, "")
@@ -455,12 +469,30 @@ class _Document:
     data: Any
     root: yaml.Node | None
     unset: dict[Loc, list[str]] = field(default_factory=dict)
+    malformed: dict[Loc, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     missing: bool = False  # the file does not exist; `data` comes from the template
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases: config never needs them, and a few nested ones
+    (a "billion laughs" file) would expand into billions of nodes and hang the loader."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"YAML aliases (*{event.anchor}) are not supported in Klaw config; "
+                "write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
 def _parse(path: Path, text: str) -> _Document:
-    loader = yaml.SafeLoader(text)
+    loader = _NoAliasLoader(text)
     try:
         root = loader.get_single_node()
         data = loader.construct_document(root) if root is not None else None
@@ -537,17 +569,26 @@ def _dotted(loc: Loc) -> str:
     return out or "(top level)"
 
 
-def _expand_tree(value: Any, env: Mapping[str, str], loc: Loc, unset: dict[Loc, list[str]]) -> Any:
+def _expand_tree(
+    value: Any,
+    env: Mapping[str, str],
+    loc: Loc,
+    unset: dict[Loc, list[str]],
+    malformed: dict[Loc, str] | None = None,
+) -> Any:
     if isinstance(value, str):
         names: list[str] = []
-        out = substitute_env(value, env, names)
+        bad: list[str] = []
+        out = substitute_env(value, env, names, bad)
         if names:
             unset[loc] = names
+        if bad and malformed is not None:
+            malformed[loc] = bad[0]
         return out
     if isinstance(value, dict):
-        return {k: _expand_tree(v, env, (*loc, str(k)), unset) for k, v in value.items()}
+        return {k: _expand_tree(v, env, (*loc, str(k)), unset, malformed) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand_tree(v, env, (*loc, i), unset) for i, v in enumerate(value)]
+        return [_expand_tree(v, env, (*loc, i), unset, malformed) for i, v in enumerate(value)]
     return value
 
 
@@ -657,7 +698,7 @@ def _validate(
     path: Path,
     env: Mapping[str, str],
     template: Callable[[], str],
-    required: Callable[[_M, Loc], bool],
+    optional: Callable[[_M, Loc], bool],
     extend_env: Callable[[Mapping[str, str], Any], Mapping[str, str]] | None = None,
 ) -> _M:
     text = _read(path)
@@ -665,41 +706,62 @@ def _validate(
     doc.missing = text is None
     if extend_env is not None:
         env = extend_env(env, doc.data)
-    doc.data = _expand_tree(doc.data, env, (), doc.unset)
+    doc.data = _expand_tree(doc.data, env, (), doc.unset, doc.malformed)
+    for loc, fragment in doc.malformed.items():
+        doc.problems.append(
+            f"{_where(path, doc, loc)}: {_dotted(loc)}: malformed variable reference "
+            f"{fragment!r}: write ${{NAME}} or ${{NAME:-default}} (or $${{ for a literal ${{)"
+        )
     try:
         cfg = model.model_validate(doc.data)
     except ValidationError as exc:
         raise ConfigError(str(path), doc.problems + _problems(path, model, exc, doc)) from None
     for loc, names in doc.unset.items():
-        if required(cfg, loc):
+        if not optional(cfg, loc):
             doc.problems.append(
                 f"{_where(path, doc, loc)}: {_dotted(loc)}: environment variable {names[0]} "
-                f"is not set; export {names[0]}=... or write the value in the file"
+                f"is not set; export {names[0]}=..., write the value in the file, or give a "
+                f"default with ${{{names[0]}:-...}} (${{{names[0]}:-}} for empty)"
             )
     if doc.problems:
         raise ConfigError(str(path), doc.problems)
     return cfg
 
 
+#: A config file is a few KiB; anything far larger is a mistake (or an attack).
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
 def _read(path: Path) -> str | None:
     """The file's text, or None when it does not exist (then the template, i.e. the
     defaults, stands in)."""
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                str(path),
+                [f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; not a config file?"],
+            )
+        return raw.decode("utf-8")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), [f"{path}: cannot read: {exc}"]) from exc
 
 
-def _engine_required(cfg: EngineConfig, loc: Loc) -> bool:
-    return False  # provider keys may be absent (Ollama needs none); the router reports it
+def _engine_optional(cfg: EngineConfig, loc: Loc) -> bool:
+    # A provider whose key variable is unset is simply not callable (Ollama needs none;
+    # the router and doctor report it), so `make run` with no keys still works.
+    return len(loc) == 3 and loc[0] == "providers" and loc[2] == "apiKey"
 
 
-def _gateway_required(cfg: GatewayConfig, loc: Loc) -> bool:
+def _gateway_optional(cfg: GatewayConfig, loc: Loc) -> bool:
     # Telegram runs only once TELEGRAM_BOT_TOKEN is set (a fresh install chats on the
-    # console); Discord is off by default, so enabling it means its token is wanted.
-    return loc == ("channels", "discord", "token") and cfg.channels.discord.enabled
+    # console); Discord's token is wanted only while the channel is enabled.
+    if loc == ("channels", "telegram", "token"):
+        return True
+    return loc == ("channels", "discord", "token") and not cfg.channels.discord.enabled
 
 
 def _with_workspace(env: Mapping[str, str], data: Any) -> dict[str, str]:
@@ -720,7 +782,7 @@ def load_engine_config(
     """Load and validate engine.yaml (default: the XDG config path); raise ConfigError."""
     env = os.environ if env is None else env
     path = KlawPaths.from_env(env).engine_config if path is None else path
-    cfg = _validate(EngineConfig, path, env, default_engine_yaml, _engine_required, _with_workspace)
+    cfg = _validate(EngineConfig, path, env, default_engine_yaml, _engine_optional, _with_workspace)
     # Defaults never went through the YAML pass: expand the default mounts too.
     mounts_env = _with_workspace(env, {"workspace": str(cfg.workspace or "")})
     mounts = cfg.code_execution.volume_mounts
@@ -734,7 +796,7 @@ def load_gateway_config(
     """Load and validate gateway.yaml (default: the XDG config path); raise ConfigError."""
     env = os.environ if env is None else env
     path = KlawPaths.from_env(env).gateway_config if path is None else path
-    return _validate(GatewayConfig, path, env, default_gateway_yaml, _gateway_required)
+    return _validate(GatewayConfig, path, env, default_gateway_yaml, _gateway_optional)
 
 
 # --------------------------------------------------------------------------- planned keys
