@@ -143,7 +143,7 @@ def memory_show() -> int:
     try:
         data = CoreMemory(path).get()
     except CoreMemoryError as exc:
-        _err(f"error: {exc}")
+        _err(f"error: {exc} (file: {path})")
         return 1
     if not any(data.values()):
         print(f"core memory is empty ({path})")

@@ -314,6 +314,27 @@ def _check_store(doc: _Doctor, paths: KlawPaths) -> None:
         doc.ok(f"store: {paths.db}" + ("" if paths.db.exists() else " (not created yet)"))
 
 
+def _check_core_memory(doc: _Doctor, paths: KlawPaths) -> None:
+    from klaw.memory.core import CoreMemory, CoreMemoryError
+
+    path = paths.core_memory
+    if not path.exists():
+        doc.ok(f"core memory: {path} (not created yet: the engine makes it from USER.md)")
+        return
+    try:
+        CoreMemory(path).get()
+    except CoreMemoryError as exc:
+        doc.fail(
+            f"core memory: {path} unreadable",
+            f"fix it with `klaw memory edit`, or move it aside (mv {path} {path}.bad) and "
+            "restart the engine, which recreates it from USER.md; chats answer without "
+            "core memory until then",
+            [str(exc)],
+        )
+    else:
+        doc.ok(f"core memory: {path}")
+
+
 def _check_disk(doc: _Doctor, paths: KlawPaths) -> None:
     probe = paths.data_dir
     while not probe.exists() and probe != probe.parent:
@@ -392,6 +413,7 @@ def doctor() -> int:
         model = _check_model(doc, cfg, paths)
         ort_ok = _check_ort(doc, cfg)
     _check_store(doc, paths)
+    _check_core_memory(doc, paths)
     _check_disk(doc, paths)
     _check_provider(doc, cfg)
     _report_backend(doc, cfg, model, ort_ok)

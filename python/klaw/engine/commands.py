@@ -169,9 +169,12 @@ class Commands:
         return "\n".join(lines)
 
     def _memory(self) -> str:
-        from klaw.memory.core import CoreMemory
+        from klaw.memory.core import CoreMemory, CoreMemoryError
 
-        text = CoreMemory(self.paths.core_memory).to_prompt()
+        try:
+            text = CoreMemory(self.paths.core_memory).to_prompt()
+        except CoreMemoryError as exc:
+            return f"Core memory cannot be read: {exc}. Run `klaw doctor` on the host."
         return f"Core memory:\n{text}" if text else "Core memory is empty."
 
     def _status_text(self, chat_id: str, model: str, segment: str) -> str:

@@ -58,7 +58,7 @@ from klaw.errors import KlawError
 from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, Message, Usage
 from klaw.retry import Backoff
-from klaw.wire.loglines import inbound_line, line_row
+from klaw.wire.loglines import inbound_line, line_row, outbound_line
 from klaw.wire.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
 from klaw.wire.record import to_iso
 
@@ -84,6 +84,10 @@ log = logging.getLogger("klaw.engine")
 INTERACTIVE: Final = 0
 SUBAGENT: Final = 10
 
+CORE_MEMORY_NOTICE: Final = (
+    "⚠️ My core memory file (core_memory.json) is damaged, so I am answering without "
+    "it. Nothing was overwritten: run `klaw doctor` on the host to see how to fix it."
+)
 TOOL_LIMIT_MESSAGE: Final = (
     "I stopped after {rounds} rounds of tool calls without reaching an answer (the limit "
     "was reached). Please rephrase or narrow the request."
@@ -186,6 +190,8 @@ class Pipeline:
         self._registries: dict[str, ToolRegistry] = {}
         self._retrying: set[str] = set()  # unanswered messages waiting for their retry
         self._marks: dict[str, dict[str, Any]] = {}  # answered watermarks, by chat
+        self._core_problem: str | None = None  # why core_memory.json can't be read
+        self._core_warned: dict[str, str] = {}  # chat → the problem it was told about
         # When no model answers, the batch is tried again after this, doubling.
         self.retry_base_s = 30.0
         self.retry_max_s = 900.0
@@ -352,10 +358,16 @@ class Pipeline:
             raise
         except Exception as exc:
             log.exception("turn of %s failed", chat_id)
+            # The exception's text may hold host paths or internals: the chat gets its
+            # kind only, the log has the rest.
             for msg, reply in zip(batch.messages, batch.replies, strict=True):
                 await _send(
                     reply,
-                    Error(code=ErrorCode.INTERNAL, message=f"processing failed: {exc}", ref=msg.id),
+                    Error(
+                        code=ErrorCode.INTERNAL,
+                        message=f"internal error ({type(exc).__name__}); see the engine log",
+                        ref=msg.id,
+                    ),
                 )
         finally:
             self._active.difference_update(m.id for m in batch.messages)
@@ -383,6 +395,8 @@ class Pipeline:
             self._inputs, chat_id, first_ts, latest, own
         )
         group = any(m.meta.group for m in batch.messages)
+        if self._core_problem is not None and not group:
+            await self._warn_core(batch, latest)
         registry = self._registry(chat_id, group)
         context = assemble_context(
             ContextInput.from_limits(
@@ -457,6 +471,32 @@ class Pipeline:
         await asyncio.to_thread(self._finish, out, latest)
         await _send(reply, out)
 
+    async def _warn_core(self, batch: _Batch, latest: str) -> None:
+        """Tell the owner, once per chat and problem, that core memory is unreadable.
+
+        A `notice` settles nothing and stays out of the model's window; the text names
+        the file, never a host path.
+        """
+        problem = self._core_problem or ""
+        last = batch.messages[-1]
+        if self._core_warned.get(last.chat_id) == problem:
+            return
+        self._core_warned[last.chat_id] = problem
+        out = Outbound(
+            ts=self._at(latest),
+            channel=last.channel,
+            chat_id=last.chat_id,
+            content=CORE_MEMORY_NOTICE,
+            reply_to=last.id,
+            line_type="notice",
+            meta={"error": "core_memory_unreadable"},
+        )
+        await asyncio.to_thread(
+            self.memory.store.insert_messages,
+            [line_row(outbound_line(out), out.channel, out.chat_id)],
+        )
+        await _send(batch.replies[-1], out)
+
     async def _unanswered(self, batch: _Batch, notice: str, records: list[LogLine]) -> None:
         """Every provider failed: tell the user, keep the batch unanswered, retry later.
 
@@ -476,8 +516,6 @@ class Pipeline:
             line_type="notice",
             meta={"error": "all_providers_failed"},
         )
-        from klaw.wire.loglines import outbound_line
-
         await asyncio.to_thread(
             self.memory.store.insert_messages,
             [line_row(outbound_line(out), out.channel, out.chat_id)],
@@ -515,8 +553,6 @@ class Pipeline:
 
     def _finish(self, out: Outbound, latest: str) -> None:
         """Stores the reply row and moves the chat's answered watermark (one writer)."""
-        from klaw.wire.loglines import outbound_line
-
         store = self.memory.store
         store.insert_messages([line_row(outbound_line(out), out.channel, out.chat_id)])
         # The last few replies are kept: after a gateway outage every one of them may
@@ -536,7 +572,7 @@ class Pipeline:
         self, chat_id: str, first_ts: str, latest: str, own: set[str]
     ) -> tuple[str, ContextLimits, list[StoredMessage], str, list[tuple[str, str]], str | None]:
         """Everything a turn reads from disk, in one worker-thread hop."""
-        from klaw.memory.core import CoreMemory
+        from klaw.memory.core import CoreMemory, CoreMemoryError
 
         stored, since = self.session(chat_id, first_ts)
         model = self._usable_model(stored)
@@ -554,7 +590,15 @@ class Pipeline:
                 if r[7] <= latest and r[0] not in later
             ]
         )
-        core_text = CoreMemory(self.paths.core_memory).to_prompt()
+        try:
+            core_text = CoreMemory(self.paths.core_memory).to_prompt()
+            self._core_problem = None
+        except CoreMemoryError as exc:
+            # A damaged file must not stop every chat: answer without core memory, keep
+            # the file as it is for the owner to fix, and say so (see _turn).
+            if self._core_problem != str(exc):
+                log.error("answering without core memory: %s (%s)", exc, self.paths.core_memory)
+            self._core_problem, core_text = str(exc), ""
         summary = latest_summary(self.paths.summaries, chat_id, since or None)
         return model, limits, rows, core_text, self._skills(), summary
 

@@ -163,12 +163,14 @@ class CoreMemory:
             try:
                 raw = self.path.read_bytes()
             except OSError as exc:
-                raise CoreMemoryError(f"cannot read {self.path}: {exc.strerror}") from exc
+                # File names only: this text can reach a chat (tool errors); the
+                # host's paths must not.
+                raise CoreMemoryError(f"cannot read {self.path.name}: {exc.strerror}") from exc
             try:
                 data = validate_core_memory(json.loads(raw.decode("utf-8")))
             except (UnicodeDecodeError, ValueError) as exc:
                 raise CoreMemoryCorrupt(
-                    f"{self.path} is not valid core memory ({exc}). Fix it with "
+                    f"{self.path.name} is not valid core memory ({exc}). Fix it with "
                     "`klaw memory edit`, or reset it (the old file is kept as "
                     f"{self.path.name}.corrupt-<time>)"
                 ) from exc
