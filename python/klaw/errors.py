@@ -8,6 +8,7 @@
     ├── ModelError                  the embedding model could not be loaded or run
     │   └── ModelNotFound (FileNotFoundError)  what to install is in the message
     ├── EmbeddingBackendError       the Ollama embedding backend failed
+    ├── Cancelled                   long work (indexing) stopped on request (shutdown)
     └── ConfigError (ValueError)    a config file is invalid: names the file, key and line
 
 The Rust-side classes are created in `klaw._core`; this module re-exports them so
@@ -27,6 +28,7 @@ from klaw._core import (
 )
 
 __all__ = [
+    "Cancelled",
     "ConfigError",
     "EmbeddingBackendError",
     "InvalidInput",
@@ -41,6 +43,10 @@ __all__ = [
 
 class EmbeddingBackendError(KlawError):
     """The Ollama embedding backend could not be reached or answered badly."""
+
+
+class Cancelled(KlawError):
+    """Long work (indexing) was stopped on request, e.g. because the engine is stopping."""
 
 
 class ConfigError(KlawError, ValueError):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from klaw.config import load_engine_config, planned_settings
 from klaw.engine.pipeline import Pipeline
 from klaw.engine.server import EngineServer, InboundHandler
-from klaw.errors import ConfigError, KlawError, StoreLocked
+from klaw.errors import Cancelled, ConfigError, KlawError, StoreLocked
 from klaw.lock import EngineLock
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import CommandInfo
@@ -134,10 +134,17 @@ async def run(
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+        # Worker threads cannot be cancelled from asyncio: a thread still indexing
+        # after the wait keeps using klaw.db, so the lock stays held until the process
+        # has really exited (the kernel drops it) instead of letting a second engine in.
+        threads_done = True
         try:
             quit_background.set()
+            if memory is not None:
+                memory.cancel()  # indexing stops within one embedding batch
             if background:
-                await asyncio.wait(background, timeout=10)
+                done, _ = await asyncio.wait(background, timeout=BACKGROUND_STOP_S)
+                threads_done = len(done) == len(background)
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
@@ -154,7 +161,15 @@ async def run(
                 if memory is not None:
                     memory.close()
             finally:
-                lock.release()
+                if threads_done:
+                    lock.release()
+                else:
+                    log.warning(
+                        "background work still running after %.0f s; %s stays locked "
+                        "until this process exits",
+                        BACKGROUND_STOP_S,
+                        paths.engine_lock,
+                    )
                 log.info("engine stopped")
 
 
@@ -174,6 +189,9 @@ def _background(
         tasks.append(asyncio.create_task(_logged(watcher.run(stop), "memory watcher")))
     return tasks
 
+
+#: How long a stopping engine waits for background work (indexing) to end.
+BACKGROUND_STOP_S = 10.0
 
 #: Docs are indexed this long after start, not competing with the first messages
 #: (a first index embeds ~80 chunks: seconds of CPU on a Pi). `docs_search` before
@@ -199,6 +217,8 @@ async def _logged(coro: Coroutine[Any, Any, None], what: str) -> None:
         await coro
     except asyncio.CancelledError:
         raise
+    except Cancelled:
+        log.info("%s cancelled: the engine is stopping", what)
     except Exception:  # background work must never take the engine down
         log.exception("%s failed", what)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from klaw import _core
-from klaw.errors import InvalidInput
+from klaw.errors import Cancelled, InvalidInput
 from klaw.memory.embedding import EmbeddingBackend, OllamaBackend, OnnxBackend
 from klaw.memory.hit import Hit
 from klaw.paths import KlawPaths
@@ -93,6 +93,9 @@ class Memory:
         self.config = config
         self._save_lock = threading.Lock()
         self._on_close: list[Callable[[], None]] = []
+        # Set by `cancel()`: long indexing stops between embedding batches and files, so
+        # a stopping engine is done within a batch, not after a 15 MB file.
+        self._cancel = threading.Event()
 
     # --- opening ---------------------------------------------------------
 
@@ -151,6 +154,14 @@ class Memory:
         """Runs `fn` after the store is closed (e.g. to release a lock)."""
         self._on_close.append(fn)
 
+    def cancel(self) -> None:
+        """Stops indexing in progress (it raises `Cancelled`) and any started later."""
+        self._cancel.set()
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled("indexing cancelled: memory is closing")
+
     def close(self) -> None:
         self.store.close()
         while self._on_close:
@@ -173,6 +184,7 @@ class Memory:
         hits = 0
         step = self.config.memory.embedding.batch_size
         for i in range(0, len(texts), step):
+            self._check_cancel()
             vecs, h = self.backend.embed_cached(self.cache, texts[i : i + step])
             parts.append(vecs)
             hits += h
@@ -258,6 +270,7 @@ class Memory:
             raise InvalidInput(f"cannot read {p}: {exc.strerror}") from exc
         if not p.is_file():
             raise InvalidInput(f"{p} is not a file")
+        self._check_cancel()
         if st.st_size > MAX_INDEX_FILE_BYTES:
             raise InvalidInput(
                 f"{p} is {st.st_size / 2**20:.0f} MiB; files over "
@@ -277,6 +290,8 @@ class Memory:
         del data
         chunks = self._chunks(text)
         del text
+        if len(chunks) >= 100:  # minutes of CPU on a Pi: say what is going on
+            log.info("indexing %s: %d chunks", label, len(chunks))
         tuples = self._tuples(chunks)
         vectors, _ = self._embed([t[0] for t in tuples])
         m = _DATED.search(p.name)
@@ -320,6 +335,9 @@ class Memory:
             try:
                 n = self.index_file(p)
             except InvalidInput as exc:
+                # A skipped file is said out loud: the owner would otherwise wonder why
+                # a note is never found.
+                log.warning("not indexed: %s", exc)
                 report.errors.append(str(exc))
                 continue
             (report.indexed if n else report.unchanged).append(label)

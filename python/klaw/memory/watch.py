@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from klaw.errors import Cancelled
 from klaw.memory.api import IndexReport, Memory
 
 log = logging.getLogger("klaw.memory.watch")
@@ -47,7 +48,11 @@ class MemoryWatcher:
 
         ws = self.memory.paths.workspace
         ws.mkdir(parents=True, exist_ok=True)
-        report = await asyncio.to_thread(self.memory.index_workspace)
+        try:
+            report = await asyncio.to_thread(self.memory.index_workspace)
+        except Cancelled:
+            log.info("indexing cancelled: memory is closing")
+            return
         if self.on_indexed:
             self.on_indexed(report)
         watcher = awatch(
@@ -63,6 +68,9 @@ class MemoryWatcher:
             log.info("workspace memory changed (%d paths); re-indexing", len(changes))
             try:
                 report = await asyncio.to_thread(self.memory.index_workspace)
+            except Cancelled:
+                log.info("re-indexing cancelled: memory is closing")
+                return
             except Exception:  # a bad file must not kill the watcher
                 log.exception("re-indexing the workspace failed")
                 continue
