@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import logging
 import os
 import signal
@@ -40,7 +39,9 @@ from klaw.llm.local import (
     with_local,
 )
 from klaw.llm.openai_compat import parse_tool_calls
+from klaw.llm.types import ToolCall
 from klaw.paths import KlawPaths
+from klaw.tools.base import Tool, ToolRegistry
 
 MakeServer = Callable[[], Awaitable[FakeLLM]]
 MODELS = {"object": "list", "data": [{"id": "qwen3:8b", "object": "model"}]}
@@ -156,12 +157,12 @@ def test_local_model_path_without_importing_the_package(
 
 
 async def test_probe_counts_a_keyed_provider_without_network(make_server: MakeServer) -> None:
-    ollama = await make_server()
+    ollama, glm = await make_server(), await make_server()
     cfg = engine(ollama.url + "/v1", glm_key="sk-test")
+    cfg.providers["glm"].endpoint = glm.url + "/v1"
     ollama.queue(Reply(json=MODELS))
-    started = time.monotonic()
     assert await usable_providers(cfg) == ["glm", "ollama"]
-    assert time.monotonic() - started < 1.0  # 192.0.2.1 was never contacted
+    assert glm.requests == []  # a key is enough: the provider was never contacted
     assert [(r.method, r.path) for r in ollama.requests] == [("GET", "/v1/models")]
     assert not needs_local(cfg, await usable_providers(cfg, timeout_s=0.5))
 
@@ -186,25 +187,21 @@ async def test_probe_error_status_is_not_usable(make_server: MakeServer, reply: 
 
 async def test_probe_closed_port_is_not_usable() -> None:
     cfg = engine(f"http://127.0.0.1:{closed_port()}/v1")
-    started = time.monotonic()
-    assert await usable_providers(cfg) == []
-    assert time.monotonic() - started < 1.0
+    assert await asyncio.wait_for(usable_providers(cfg, timeout_s=60), 30) == []  # refused: no wait
 
 
 async def test_probe_slow_server_times_out(make_server: MakeServer) -> None:
     ollama = await make_server()
-    ollama.queue(Reply(json=MODELS, delay=30))
+    ollama.queue(Reply(json=MODELS, delay=600))
     cfg = engine(ollama.url + "/v1")
-    started = time.monotonic()
-    assert await usable_providers(cfg, timeout_s=0.3) == []
-    assert time.monotonic() - started < 2.0
+    # The probe's own timeout ends it: the reply would come only after ten minutes.
+    assert await asyncio.wait_for(usable_providers(cfg, timeout_s=0.3), 60) == []
 
 
 async def test_probe_ignores_keyless_remote_providers(make_server: MakeServer) -> None:
     cfg = engine("http://192.0.2.1:11434/v1")  # a LAN/remote Ollama is not probed
-    started = time.monotonic()
-    assert await usable_providers(cfg) == []
-    assert time.monotonic() - started < 0.5
+    # A probe of TEST-NET-1 could only end by its own 60 s timeout, long after this bound.
+    assert await asyncio.wait_for(usable_providers(cfg, timeout_s=60), 30) == []
 
 
 async def test_start_local_if_needed_keeps_a_usable_config(tmp_path: Path) -> None:
@@ -289,7 +286,32 @@ WEATHER = ToolSchema(
 )
 
 
+class Weather(Tool):
+    name = WEATHER.name
+    description = WEATHER.description
+    parameters = WEATHER.parameters
+
+    async def run(self, args: dict[str, Any]) -> str:
+        return f"sunny in {args['city']}"
+
+
+async def _handled(calls: list[ToolCall]) -> None:
+    """Whatever the model wrote, Klaw turns each call into a result: a malformed one into a
+    tool error that names the problem, never an exception."""
+    registry = ToolRegistry([Weather()])
+    for call in calls:
+        result = await registry.call(call)
+        if call.malformed:
+            assert result.is_error and "not a JSON object" in result.content
+        elif call.name != WEATHER.name:
+            assert result.is_error and "Unknown tool" in result.content
+        assert isinstance(result.content, str) and result.content
+
+
 async def test_end_to_end_through_the_router(local_server: LocalModelServer) -> None:
+    # What a 135M model writes is not Klaw's behaviour: these assertions are about what
+    # Klaw sends, how it reads any answer, and that any tool call, well-formed or not,
+    # is handled.
     started = time.monotonic()
     url = await local_server.start()
     start_s = time.monotonic() - started
@@ -306,12 +328,11 @@ async def test_end_to_end_through_the_router(local_server: LocalModelServer) -> 
             )
         )
         first_s = time.monotonic() - started
-        assert isinstance(response.content, str) and response.content.strip()
-        assert response.finish_reason in ("stop", "length")
-        assert response.usage.tokens_in > 0 and response.usage.tokens_out > 0
+        assert response.model == LOCAL_MODEL  # the chain fell through to the local model
+        assert isinstance(response.content, str)
+        assert response.finish_reason in ("stop", "length", "tool_calls")
+        assert response.usage.tokens_in > 0  # the prompt reached the server and was counted
 
-        # Klaw sends tools without tool_choice: llama-cpp-python's chatml-function-calling
-        # then answers in text. Either way the answer must be well-formed.
         tooled = await router.complete(
             LlmRequest(
                 [
@@ -323,14 +344,11 @@ async def test_end_to_end_through_the_router(local_server: LocalModelServer) -> 
                 temperature=0,
             )
         )
-        if tooled.tool_calls:
-            for call in tooled.tool_calls:
-                assert call.name == "get_weather" and not call.malformed
-                assert isinstance(call.arguments, dict)
-        else:
-            assert isinstance(tooled.content, str) and tooled.content.strip()
+        assert isinstance(tooled.content, str) or tooled.tool_calls
+        await _handled(tooled.tool_calls)
 
-    # With tool_choice "auto" the server constrains the call to the schema: valid JSON.
+    # With tool_choice "auto" the server may write anything: Klaw parses it into calls,
+    # marking what is not a JSON object as malformed instead of failing.
     async with httpx.AsyncClient(timeout=60, trust_env=False) as http:
         raw = await http.post(
             f"{url}/chat/completions",
@@ -358,8 +376,8 @@ async def test_end_to_end_through_the_router(local_server: LocalModelServer) -> 
     message = raw.json()["choices"][0]["message"]
     calls = parse_tool_calls(message.get("tool_calls"))
     for call in calls:
-        assert call.name == "get_weather" and not call.malformed
-        json.dumps(call.arguments)  # a JSON object
+        assert call.malformed or isinstance(call.arguments, dict)
+    await _handled(calls)
 
     rss = local_server.rss_bytes()
     assert rss is not None and rss > 50 * 1024 * 1024
@@ -397,7 +415,7 @@ async def test_supervisor_restarts_a_killed_server(
         response = await router.complete(
             LlmRequest([Message.user("Say hello.")], max_tokens=16, temperature=0)
         )
-    assert isinstance(response.content, str) and response.content.strip()
+    assert isinstance(response.content, str) and response.usage.tokens_in > 0
     await local_server.stop()
     assert_gone(second)
 
