@@ -31,7 +31,10 @@ class UpTerminal(Terminal):
     subcommand = "up"
 
 
-def klaw_processes() -> set[int]:
+def klaw_processes(home: KlawPaths) -> set[int]:
+    """This test's engine and gateway: klaw daemons whose KLAW_STATE_DIR is the test's own
+    temp dir. Other klaw processes on the machine (other test runs) never match."""
+    mark = f"KLAW_STATE_DIR={home.state_dir}".encode()
     found = set()
     for proc in os.listdir("/proc"):
         if not proc.isdigit():
@@ -39,9 +42,12 @@ def klaw_processes() -> set[int]:
         try:
             with open(f"/proc/{proc}/cmdline", "rb") as f:
                 cmd = f.read().split(b"\0")
+            with open(f"/proc/{proc}/environ", "rb") as f:
+                env = f.read().split(b"\0")
         except OSError:
             continue
-        if b"klaw.cli.app" in cmd and (b"engine" in cmd or b"gateway" in cmd):
+        daemon = b"klaw.cli.app" in cmd and (b"engine" in cmd or b"gateway" in cmd)
+        if daemon and mark in env:
             found.add(int(proc))
     return found
 
@@ -50,14 +56,13 @@ async def test_up_chats_and_ctrl_c_stops_everything(home: KlawPaths, llm: FakeLL
     home.config_dir.mkdir(parents=True, exist_ok=True)
     write_engine_yaml(home.engine_config, llm.url, debounceMs=0)
     llm.answer("Hello from the engine.")
-    before = klaw_processes()
     term = UpTerminal()
     try:
         await term.start()
         await term.expect("starting the engine")
         await term.expect("starting the gateway")
         await term.expect("/quit", timeout=120)  # the chat's hint: everything is up
-        started = klaw_processes() - before
+        started = klaw_processes(home)
         assert len(started) == 2
         term.type("hi there\r")
         await term.expect("Hello from the engine.", timeout=60)
@@ -73,7 +78,7 @@ async def test_up_chats_and_ctrl_c_stops_everything(home: KlawPaths, llm: FakeLL
         await term.expect("stopped")
     finally:
         await term.close()
-    assert not (klaw_processes() & started)
+    assert not (klaw_processes(home) & started)
     assert not home.socket.exists() and not home.console_socket.exists()
     assert [m["content"] for m in llm.requests[0]["messages"][1:]] == ["hi there"]
 
@@ -81,21 +86,20 @@ async def test_up_chats_and_ctrl_c_stops_everything(home: KlawPaths, llm: FakeLL
 async def test_closing_the_terminal_stops_the_daemons(home: KlawPaths, llm: FakeLLM) -> None:
     home.config_dir.mkdir(parents=True, exist_ok=True)
     write_engine_yaml(home.engine_config, llm.url, debounceMs=0)
-    before = klaw_processes()
     term = UpTerminal()
     started: set[int] = set()
     try:
         await term.start()
         await term.expect("/quit", timeout=120)
-        started = klaw_processes() - before
+        started = klaw_processes(home)
         assert len(started) == 2 and term.proc is not None
         term.proc.send_signal(signal.SIGHUP)  # the terminal window was closed
         await asyncio.wait_for(term.proc.wait(), 30)
         deadline = time.monotonic() + 30
-        while klaw_processes() & started and time.monotonic() < deadline:
+        while klaw_processes(home) & started and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        assert not klaw_processes() & started
+        assert not klaw_processes(home) & started
     finally:
-        for pid in klaw_processes() & started:
+        for pid in klaw_processes(home) & started:
             os.kill(pid, signal.SIGKILL)
         await term.close()
