@@ -55,7 +55,15 @@ lint: $(VENV)/.deps
 test-rust:
 	cargo test --release -p klaw-core
 
-test-py:
+# Tests never touch the user's ~/.cache: the model they load is built once into the
+# venv's own cache (tests/conftest.py points every Klaw dir at a throwaway root).
+export KLAW_TEST_CACHE_DIR := $(abspath $(VENV))/klaw-test-cache
+
+$(KLAW_TEST_CACHE_DIR)/.model: | $(VENV)/.deps
+	KLAW_CACHE_DIR=$(KLAW_TEST_CACHE_DIR) $(VENV)/bin/klaw model install
+	touch $@
+
+test-py: $(KLAW_TEST_CACHE_DIR)/.model
 	$(PY) -m pytest tests -q
 
 test: install install-local lint test-rust test-py

@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from klaw.paths import KlawPaths
+
+# Tests never see the real user's directories: before any test module runs, HOME, the
+# XDG dirs and Klaw's own overrides point into a throwaway root (each test's `klaw_home`
+# then narrows them further). The embedding model comes from KLAW_TEST_CACHE_DIR, which
+# `make test` fills once with `klaw model install` (a cache of the test venv's own), or
+# else from the PyPI model packages.
+REAL_HOME = os.path.expanduser("~")
+TEST_ROOT = Path(tempfile.mkdtemp(prefix="klaw-tests-"))
+atexit.register(shutil.rmtree, TEST_ROOT, True)
+for _var, _sub in [
+    ("HOME", "home"),
+    ("XDG_CONFIG_HOME", "xdg-config"),
+    ("XDG_DATA_HOME", "xdg-data"),
+    ("XDG_STATE_HOME", "xdg-state"),
+    ("XDG_CACHE_HOME", "xdg-cache"),
+    ("KLAW_CONFIG_DIR", "config"),
+    ("KLAW_DATA_DIR", "data"),
+    ("KLAW_STATE_DIR", "state"),
+    ("KLAW_WORKSPACE", "workspace"),
+]:
+    os.environ[_var] = str(TEST_ROOT / _sub)
+os.environ["KLAW_CACHE_DIR"] = os.environ.get("KLAW_TEST_CACHE_DIR") or str(TEST_ROOT / "cache")
 
 
 @pytest.fixture

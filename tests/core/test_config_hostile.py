@@ -13,6 +13,7 @@ from klaw.cli.app import main
 from klaw.cli.testing import CliRunner
 from klaw.config import load_engine_config, load_gateway_config
 from klaw.errors import ConfigError
+from klaw.paths import KlawPaths
 
 
 def write(tmp_path: Path, text: str, name: str = "engine.yaml") -> Path:
@@ -137,14 +138,9 @@ def test_huge_file_is_not_read(tmp_path: Path) -> None:
     assert "larger than 1024 KiB" in one_problem(exc)
 
 
-def test_doctor_reports_the_bomb_and_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    (tmp_path / "cfg" / "klaw").mkdir(parents=True)
-    write(tmp_path / "cfg" / "klaw", BOMB)
+def test_doctor_reports_the_bomb_and_fails(klaw_home: KlawPaths) -> None:
+    klaw_home.engine_config.parent.mkdir(parents=True, exist_ok=True)
+    klaw_home.engine_config.write_text(BOMB)
     result = CliRunner().invoke(main, ["doctor"])
     assert result.exit_code != 0
     assert "aliases" in result.stdout + result.stderr

@@ -169,7 +169,6 @@ def test_a_message_kept_while_a_reply_settles_stays_on_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import threading
-    import time
 
     import klaw.gateway.buffer as buffer_module
 
@@ -178,24 +177,35 @@ def test_a_message_kept_while_a_reply_settles_stays_on_disk(
     buf.add(inbound(1))
     buf.add(inbound(2))
     real_fsync = os.fsync
-    slow = threading.local()
+    in_rewrite = threading.local()
+    snapshot_taken, added = threading.Event(), threading.Event()
 
-    def fsync(fd: int) -> None:  # the rewrite's fsync takes a while (an SD card)
+    def fsync(fd: int) -> None:
         real_fsync(fd)
-        if getattr(slow, "on", False):
-            time.sleep(0.2)
+        if getattr(in_rewrite, "on", False) and not snapshot_taken.is_set():
+            # The rewrite has its snapshot: let the other thread try to add now. With the
+            # buffer's lock it cannot finish before the rewrite does (the wait times out);
+            # without it, the add lands and the rewrite below would overwrite it.
+            snapshot_taken.set()
+            added.wait(2.0)
 
     monkeypatch.setattr(buffer_module.os, "fsync", fsync)
 
     def settle() -> None:  # a reply logged in a worker thread
-        slow.on = True
+        in_rewrite.on = True
         buf.settle(["m1"])
 
-    t = threading.Thread(target=settle)
-    t.start()
-    time.sleep(0.05)  # widen the window: the rewrite has taken its snapshot
-    buf.add(inbound(3, chat="telegram_2"))  # a new inbound kept in another thread
-    t.join()
+    def add() -> None:  # a new inbound kept in another thread
+        snapshot_taken.wait(30)
+        buf.add(inbound(3, chat="telegram_2"))
+        added.set()
+
+    threads = [threading.Thread(target=settle), threading.Thread(target=add)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert snapshot_taken.is_set() and added.is_set()
     assert [m.id for m in Buffer(path).pending()] == ["m2", "m3"]
 
 
@@ -203,7 +213,6 @@ def test_two_threads_first_touching_a_day_file_lose_no_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import threading
-    import time
 
     import klaw.gateway.logbook as logbook_module
 
@@ -211,21 +220,33 @@ def test_two_threads_first_touching_a_day_file_lose_no_id(
     LogBook(tmp_path).write(chat, [inbound_line(inbound(0, chat))])
     book = LogBook(tmp_path)  # a fresh gateway: nothing cached
     real = logbook_module.iter_jsonl
+    reading, second_done = threading.Event(), threading.Event()
 
-    def slow(path: Path, *args: object) -> object:  # a large day file
+    def slow(path: Path, *args: object) -> object:  # a large day file, read by t1 first
         out = list(real(path))
-        time.sleep(0.2)
+        if not reading.is_set():
+            # t1 is learning the day file's ids: t2 writes now. With the logbook's lock t2
+            # waits for t1 (the wait times out); without it t2's id would be lost.
+            reading.set()
+            second_done.wait(2.0)
         return iter(out)
 
     monkeypatch.setattr(logbook_module, "iter_jsonl", slow)
     new = inbound_line(inbound(1, chat))
     reply = outbound_line(Outbound(ts=TS, channel="telegram", chat_id=chat, content="hi"))
+
+    def second() -> None:
+        reading.wait(30)
+        book.write(chat, [reply])
+        second_done.set()
+
     t1 = threading.Thread(target=book.write, args=(chat, [new]))
-    t2 = threading.Thread(target=lambda: (time.sleep(0.05), book.write(chat, [reply])))
+    t2 = threading.Thread(target=second)
     t1.start()
     t2.start()
-    t1.join()
-    t2.join()
+    t1.join(60)
+    t2.join(60)
+    assert reading.is_set() and second_done.is_set()
     monkeypatch.setattr(logbook_module, "iter_jsonl", real)
     assert book.has(chat, new) and book.has(chat, reply)
     book.write(chat, [new, reply])  # a redelivery and a re-sent reply
