@@ -6,7 +6,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/klaw-cargo-target
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install install-local build-dev format lint test test-rust test-py bench run clean
+.PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke run clean
 
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
@@ -66,7 +66,12 @@ $(KLAW_TEST_CACHE_DIR)/.model: | $(VENV)/.deps
 test-py: $(KLAW_TEST_CACHE_DIR)/.model
 	$(PY) -m pytest tests -q
 
-test: install install-local lint test-rust test-py
+test: install install-local lint test-rust test-py bench-smoke
+
+# Every benchmark once, on small corpora, without its speed/memory bars (benches/smoke.py):
+# a bench broken by a code change fails here, not at the next full `make bench`.
+bench-smoke: install
+	KLAW_BENCH_SMOKE=1 $(PY) -m pytest benches -q -p no:randomly --benchmark-disable
 
 bench: install
 	mkdir -p .benchmarks

@@ -14,8 +14,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus
+from smoke import scaled
 
-N = 100_000
+N = scaled(100_000, 2_000)
 
 
 @pytest.fixture(scope="session")

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from bench_llm_server import REPLY as REPLY
+from smoke import scaled
 
-MESSAGES = 100_000
-CHATS = 200
-CHAT = "telegram_100"  # the benchmarked chat (one of the 200, ~500 messages)
+MESSAGES = scaled(100_000, 2_000)
+CHATS = scaled(200, 4)  # a smoke corpus still gives each chat a full window
+CHAT = f"telegram_{CHATS // 2}"  # the benchmarked chat (~500 messages in a full run)
 MODEL = "fake/m"
 WINDOW = 50  # context.slidingWindow of the benchmark config
 

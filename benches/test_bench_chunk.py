@@ -15,8 +15,9 @@ import pytest
 
 from klaw import _core
 from pychunker import chunk_markdown as py_chunk_markdown
+from smoke import SMOKE, scaled
 
-TARGET_BYTES = 1_000_000
+TARGET_BYTES = scaled(1_000_000, 50_000)
 MIN_SPEEDUP = 20.0
 
 EN = (
@@ -120,4 +121,5 @@ def test_same_chunks_and_speedup() -> None:
         f"\nchunk_markdown on {len(DOC.encode()) / 1e6:.2f} MB, {len(ours)} chunks: "
         f"rust {rust_s * 1e3:.1f} ms, python {py_s * 1e3:.0f} ms, {ratio:.0f}x"
     )
-    assert ratio >= MIN_SPEEDUP
+    if not SMOKE:
+        assert ratio >= MIN_SPEEDUP

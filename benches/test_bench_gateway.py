@@ -40,6 +40,7 @@ import pytest
 import engine_support as es
 import gateway_support as gs
 from gateway_relay import Relay
+from smoke import SMOKE
 
 HERE = Path(__file__).parent
 ROUNDS = 200
@@ -79,18 +80,22 @@ class _Probe:
         channel = gw.channels["telegram"]
         send = channel.send
 
-        async def on_message_(inc: Any) -> None:
+        # Wrappers forward whatever they get: a changed signature inside the gateway
+        # must not break the probe (it did once, and only `make bench` noticed).
+        async def on_message_(*args: Any, **kwargs: Any) -> Any:
             self.received.append(time.monotonic())
-            await on_message(inc)
+            return await on_message(*args, **kwargs)
 
-        def keep_(msg: Any) -> None:
+        def keep_(*args: Any, **kwargs: Any) -> Any:
             t0 = time.monotonic()
-            keep(msg)
-            self.keep.append(time.monotonic() - t0)
+            try:
+                return keep(*args, **kwargs)
+            finally:
+                self.keep.append(time.monotonic() - t0)
 
-        async def send_(chat_id: str, text: str, *, reply_to: str | None = None) -> None:
+        async def send_(*args: Any, **kwargs: Any) -> Any:
             self.send.append(time.monotonic())
-            await send(chat_id, text, reply_to=reply_to)
+            return await send(*args, **kwargs)
 
         gw.on_message, gw._keep, channel.send = on_message_, keep_, send_
 
@@ -470,7 +475,8 @@ def test_idle_klaw_gateway(benchmark: Any, loop: asyncio.AbstractEventLoop, tmp_
     argv = [sys.executable, "-m", "klaw.cli.app", "gateway"]
     info = _idle(benchmark, loop, fakes, argv, env, tmp_path / "gateway.log", delivered=True)
     benchmark.extra_info.update(info)
-    assert info["rss_mb"] <= RSS_BAR_MB
+    if not SMOKE:
+        assert info["rss_mb"] <= RSS_BAR_MB
 
 
 @pytest.mark.benchmark(group="gateway-idle")

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 import corpus
+from smoke import scaled
 
-N_MESSAGES = int(os.environ.get("KLAW_BENCH_MESSAGES", "1000000"))
+N_MESSAGES = int(os.environ.get("KLAW_BENCH_MESSAGES", str(scaled(1_000_000, 5_000))))
 
 
 @pytest.fixture(scope="module")
