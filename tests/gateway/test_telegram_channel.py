@@ -626,3 +626,27 @@ async def test_logs_hold_no_token_and_no_text_at_info(
         assert TOKEN not in text and TOKEN.split(":")[1] not in text
         if record.levelno >= logging.INFO:
             assert "secret" not in text
+
+
+# ---------------------------------------------------------------------------- hostile updates
+
+
+async def test_a_text_that_is_not_a_string_is_skipped_not_answered(
+    fake_telegram: FakeTelegram, listening: Listening
+) -> None:
+    fake_telegram.push(fake_telegram.message(CHAT, text=12345))
+    fake_telegram.text(CHAT, "after it")
+    got = await listening.next()
+    assert got.content == "after it"  # the odd one was not passed on as ""
+    await fake_telegram.wait_for(lambda: fake_telegram.pending == [])
+
+
+async def test_a_lone_surrogate_is_stored_replaced_and_holds_nobody_up(
+    fake_telegram: FakeTelegram, listening: Listening
+) -> None:
+    fake_telegram.text(CHAT, "broken \ud800 text")
+    fake_telegram.text(CHAT + 1, "innocent")
+    first, second = await listening.next(), await listening.next()
+    assert first.content == "broken \ufffd text"
+    first.content.encode("utf-8")  # storable
+    assert second.content == "innocent"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -46,6 +47,7 @@ from klaw.gateway.botapi import (
 )
 from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
 from klaw.gateway.tgformat import split_message, to_html, visible_text
+from klaw.retry import Backoff, retry
 from klaw.wire.protocol import Attachment, Quote
 
 __all__ = [
@@ -90,9 +92,18 @@ _CONTENT: Final = (
     "story",
 )
 _FILES: Final = frozenset({"photo", "document"})
+# Errors of the gateway's own storage (logs, buffer, inbox): waiting is the only cure.
+_STORAGE_ERRNOS: Final = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES, errno.EPERM}
+)
+STORAGE_NOTICE: Final = (
+    "⚠️ I can't store messages right now (my disk is full or read-only), so I can't "
+    "answer yet. Your message is not lost: I'll pick it up once the disk is fixed."
+)
 _GROUP_TYPES: Final = frozenset({"group", "supergroup"})
 _NAME_BYTES: Final = 120  # sanitized name; the "telegram_{chat}_{msg}_" prefix fits in 255
 _DIGITS = re.compile(r"[0-9]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: pairs are joined by json.loads
 
 
 class TelegramError(KlawError):
@@ -157,6 +168,8 @@ class TelegramChannel:
         self._offset: int | None = None  # next update to fetch: everything below is done
         self._sent_offset: int | None = None  # the offset Telegram has last seen
         self._deliveries: dict[int, int] = {}  # update_id → failed deliveries so far
+        self._outage = 0  # consecutive updates that could not be stored (disk trouble)
+        self._told: set[int] = set()  # chats told about the current outage
         self._listening = False
         self._closed = False
 
@@ -240,23 +253,63 @@ class TelegramChannel:
                 await on_message(incoming)
         except asyncio.CancelledError:
             raise
+        except OSError as exc:
+            if exc.errno not in _STORAGE_ERRNOS:
+                return await self._failed(update_id)
+            # The message could not be stored (disk full, read-only, I/O error): it is
+            # not acknowledged, so Telegram keeps it, and it is fetched again until the
+            # disk is back. Nothing else can be stored meanwhile either.
+            await self._storage_outage(update, update_id, exc)
+            return False
         except Exception:
-            failures = self._deliveries.get(update_id, 0) + 1
-            if failures < self._max_deliveries:
-                self._deliveries[update_id] = failures
-                wait = min(self._backoff * 2 ** (failures - 1), self._max_backoff)
-                log.exception(
-                    "telegram: handling update %d failed (try %d of %d); redelivering in %.1fs",
-                    update_id,
-                    failures,
-                    self._max_deliveries,
-                    wait,
-                )
-                await asyncio.sleep(wait)
-                return False
-            log.exception(
-                "telegram: handling update %d failed %d times; dropping it", update_id, failures
+            return await self._failed(update_id)
+        if self._outage:
+            log.warning("telegram: storage works again after %d failed tries", self._outage)
+            self._outage = 0
+            self._told.clear()
+        self._deliveries.pop(update_id, None)
+        self._offset = update_id + 1
+        return True
+
+    async def _storage_outage(self, update: Json, update_id: int, exc: OSError) -> None:
+        self._outage += 1
+        wait = Backoff(self._backoff, 2.0, self._max_backoff).delay(self._outage)
+        if self._outage == 1 or self._outage % 20 == 0:
+            log.error(
+                "telegram: cannot store update %d (%s); it stays with Telegram and is "
+                "fetched again every %.0f s until the disk is fixed",
+                update_id,
+                exc.strerror or exc,
+                wait,
             )
+        chat_id = _int(_obj(_obj(update, "message"), "chat"), "id")
+        if chat_id is not None and chat_id not in self._told:
+            self._told.add(chat_id)  # one notice per chat and outage
+            try:
+                await self._api.call("sendMessage", {"chat_id": chat_id, "text": STORAGE_NOTICE})
+            except BotApiException as err:
+                log.warning("telegram: storage notice to %s failed: %s", chat_id, err)
+        await asyncio.sleep(wait)
+
+    async def _failed(self, update_id: int) -> bool:
+        """An update whose handling raised (not a storage error): retried a few times,
+        then rejected with an error in the log."""
+        failures = self._deliveries.get(update_id, 0) + 1
+        if failures < self._max_deliveries:
+            self._deliveries[update_id] = failures
+            wait = Backoff(self._backoff, 2.0, self._max_backoff).delay(failures)
+            log.exception(
+                "telegram: handling update %d failed (try %d of %d); redelivering in %.1fs",
+                update_id,
+                failures,
+                self._max_deliveries,
+                wait,
+            )
+            await asyncio.sleep(wait)
+            return False
+        log.exception(
+            "telegram: handling update %d failed %d times; rejecting it", update_id, failures
+        )
         self._deliveries.pop(update_id, None)
         self._offset = update_id + 1
         return True
@@ -288,6 +341,10 @@ class TelegramChannel:
             return None
         elif kind != "text":
             unsupported = kind
+        elif not isinstance(msg.get("text"), str):
+            # Not what the Bot API sends: answering it as an empty message helps nobody.
+            log.warning("telegram: skipping %s: its text is not a string", ident)
+            return None
         text = _str(msg, "text")
         entities = _list(msg.get("entities" if text is not None else "caption_entities"))
         if text is None:
@@ -425,7 +482,9 @@ class TelegramChannel:
             "parse_mode": parse_mode,
             "reply_parameters": reply,
         }
-        await self._call("sendMessage", lambda: self._api.call("sendMessage", params))
+        await self._call(
+            "sendMessage", lambda: self._api.call("sendMessage", params), until_sent=True
+        )
 
     async def typing(self, chat_id: str) -> None:
         """One "typing…" action, not retried (the gateway repeats it anyway)."""
@@ -468,29 +527,33 @@ class TelegramChannel:
 
     # ------------------------------------------------------------------ helpers
 
-    async def _call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
-        """Runs one API call, retrying 429s and network/server errors up to `attempts`."""
-        delay = self._backoff
-        for attempt in range(1, self._attempts + 1):
-            try:
-                return await make()
-            except BotApiRetryAfter as exc:
-                if attempt == self._attempts or exc.retry_after > self._max_retry_after:
-                    raise
-                wait = exc.retry_after
-            except (BotApiNetworkError, BotApiServerError):
-                if attempt == self._attempts:
-                    raise
-                wait, delay = delay, min(delay * 2, self._max_backoff)
-            log.warning(
-                "telegram: %s failed (try %d of %d); retrying in %.1fs",
-                what,
-                attempt,
-                self._attempts,
-                wait,
-            )
-            await asyncio.sleep(wait)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+    async def _call(
+        self, what: str, make: Callable[[], Awaitable[T]], *, until_sent: bool = False
+    ) -> T:
+        """Runs one API call, retrying 429s and network/server errors.
+
+        Most calls get `attempts` tries, and a 429 longer than `max_retry_after` fails at
+        once. A reply (`until_sent`) is never dropped for a temporary error: it is retried
+        until Telegram takes it, waiting out any `retry_after` however long and backing
+        off to `max_backoff` between network or 5xx failures; only a permanent error
+        (403 blocked, 400 chat not found...) ends it.
+        """
+
+        def wait_for(exc: BaseException) -> float | None:
+            return exc.retry_after if isinstance(exc, BotApiRetryAfter) else None
+
+        return await retry(
+            make,
+            attempts=None if until_sent else self._attempts,
+            backoff=Backoff(self._backoff, 2.0, self._max_backoff),
+            retryable=lambda exc: isinstance(
+                exc, BotApiRetryAfter | BotApiNetworkError | BotApiServerError
+            ),
+            wait_for=wait_for,
+            max_wait=None if until_sent else self._max_retry_after,
+            log=log,
+            what=f"telegram: {what}",
+        )
 
     def _send_error(self, exc: BotApiException, what: str) -> ChannelSendError:
         migrated = isinstance(exc, BotApiError) and exc.migrate_to_chat_id is not None
@@ -618,7 +681,15 @@ def _obj(obj: Json | None, key: str) -> Json | None:
 
 def _str(obj: Json | None, key: str) -> str | None:
     value = obj.get(key) if obj is not None else None
-    return value if isinstance(value, str) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON allows "\ud800") cannot be written as UTF-8: keep the
+        # message, with U+FFFD in its place, instead of failing to store it forever.
+        value = _SURROGATE.sub("\ufffd", value)
+    return value
 
 
 def _int(obj: Json | None, key: str) -> int | None:
