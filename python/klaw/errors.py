@@ -9,6 +9,7 @@
     │   └── ModelNotFound (FileNotFoundError)  what to install is in the message
     ├── EmbeddingBackendError       the Ollama embedding backend failed
     ├── Cancelled                   long work (indexing) stopped on request (shutdown)
+    ├── NotWritable                 a directory Klaw writes to is read-only, full or not ours
     └── ConfigError (ValueError)    a config file is invalid: names the file, key and line
 
 The Rust-side classes are created in `klaw._core`; this module re-exports them so
@@ -16,6 +17,10 @@ application code never imports `_core` itself.
 """
 
 from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
 
 from klaw._core import (
     InvalidInput,
@@ -35,6 +40,7 @@ __all__ = [
     "KlawError",
     "ModelError",
     "ModelNotFound",
+    "NotWritable",
     "StoreCorrupt",
     "StoreError",
     "StoreLocked",
@@ -47,6 +53,43 @@ class EmbeddingBackendError(KlawError):
 
 class Cancelled(KlawError):
     """Long work (indexing) was stopped on request, e.g. because the engine is stopping."""
+
+
+class NotWritable(KlawError):
+    """A directory Klaw must write to is read-only, full or not writable by this user;
+    the message is one line with the path and the cure (`os_error_line`)."""
+
+
+def os_error_line(exc: OSError, path: Path | str | None = None) -> str:
+    """One line for an OSError of Klaw's own files: the path, what is wrong, the cure.
+
+    Read-only filesystems and permissions need different advice: chmod cannot fix the
+    first, remounting cannot fix the second.
+    """
+    where = Path(path if path is not None else exc.filename or "?")
+    if exc.errno == errno.EROFS:
+        return (
+            f"{where} is on a read-only filesystem (mounted at {_mount_point(where)}): "
+            "remount it read-write, or point KLAW_DATA_DIR / KLAW_STATE_DIR at a writable "
+            "directory"
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return (
+            f"{where}: permission denied for this user: `chown $USER {where} && "
+            f"chmod u+rwx {where}` (or run Klaw as the user who owns it)"
+        )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{where}: no space left on its device: free some space and start again"
+    return f"{where}: {exc.strerror or exc}"
+
+
+def _mount_point(path: Path) -> Path:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    while not os.path.ismount(probe) and probe != probe.parent:
+        probe = probe.parent
+    return probe
 
 
 class ConfigError(KlawError, ValueError):

@@ -10,6 +10,7 @@ start time.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,3 +125,19 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
+
+
+def ensure_writable_dir(path: Path) -> None:
+    """Makes `path` if missing and checks it can be written; raises `NotWritable` with
+    one line naming the cure otherwise (SQLite's own "unable to open database file"
+    says neither what nor why)."""
+    from klaw.errors import NotWritable, os_error_line
+
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+    except OSError as exc:
+        raise NotWritable(os_error_line(exc, path)) from None

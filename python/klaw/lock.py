@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from klaw.errors import KlawError, StoreLocked
+from klaw.errors import KlawError, NotWritable, StoreLocked, os_error_line
 
 
 class ProcessLock:
@@ -30,8 +30,13 @@ class ProcessLock:
         return StoreLocked(f"{self.path} is held by {holder}; stop it before running {what}")
 
     def acquire(self, what: str = "this") -> Self:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        """Takes the lock or raises `busy(...)`; `NotWritable` (one line with the cure)
+        when the lock file cannot be made: a read-only or foreign state dir."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise NotWritable(os_error_line(exc, exc.filename or self.path)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -236,11 +236,18 @@ def _check_dirs(doc: _Doctor, paths: KlawPaths, workspace: Path) -> None:
     for label, path in dirs.items():
         if not path.is_dir():
             doc.fail(f"{label}: {path} missing", "run `klaw init`")
+        elif os.statvfs(path).f_flag & os.ST_RDONLY:
+            # chown/chmod cannot help here (and `klaw reindex` would fail the same way).
+            doc.fail(
+                f"{label}: {path} is on a read-only filesystem",
+                "remount it read-write (`mount -o remount,rw` on its mount point), or set "
+                "the matching KLAW_*_DIR to a writable directory",
+            )
         elif not os.access(path, os.W_OK | os.X_OK):
             doc.fail(f"{label}: {path} not writable", f"chown $USER {path} && chmod u+rwx {path}")
         else:
             doc.ok(f"{label}: {path}")
-    if paths.state_dir.is_dir():
+    if paths.state_dir.is_dir() and not os.statvfs(paths.state_dir).f_flag & os.ST_RDONLY:
         mode = stat.S_IMODE(paths.state_dir.stat().st_mode)
         if mode & 0o077:
             doc.warn(

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from klaw.config import load_engine_config, planned_settings
 from klaw.engine.pipeline import Pipeline
 from klaw.engine.server import EngineServer, InboundHandler
-from klaw.errors import Cancelled, ConfigError, KlawError, StoreLocked
+from klaw.errors import Cancelled, ConfigError, KlawError, StoreLocked, os_error_line
+from klaw.fsutil import ensure_writable_dir
 from klaw.lock import EngineLock
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import CommandInfo
@@ -80,6 +81,9 @@ async def run(
             paths.engine_lock,
         )
         return 1
+    except KlawError as exc:  # a read-only or foreign state dir
+        log.error("the engine could not start: %s", exc)
+        return 1
     loop = asyncio.get_running_loop()
     signals: list[signal.Signals] = []
     memory: Memory | None = None
@@ -130,6 +134,9 @@ async def run(
         return 0
     except KlawError as exc:
         log.error("the engine could not start: %s", exc)
+        return 1
+    except OSError as exc:  # its own dirs read-only, full or foreign: one line, the cure
+        log.error("the engine could not start: %s", os_error_line(exc))
         return 1
     finally:
         for sig in signals:
@@ -281,4 +288,5 @@ def open_memory(paths: KlawPaths, config: EngineConfig | None = None) -> Memory:
     """The engine's memory: klaw.db and the embedding model named in engine.yaml."""
     from klaw.memory.api import Memory
 
+    ensure_writable_dir(paths.data_dir)
     return Memory.open(paths=paths, config=config)

@@ -15,7 +15,7 @@ import signal
 from collections.abc import Callable, Sequence
 
 from klaw.config import GatewayConfig, load_gateway_config, planned_settings
-from klaw.errors import ConfigError, KlawError
+from klaw.errors import ConfigError, KlawError, os_error_line
 from klaw.gateway.channel import Channel
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.lock import ProcessLock
@@ -75,6 +75,9 @@ async def run(
     except GatewayLocked as exc:
         log.error("%s", exc)
         return 1
+    except KlawError as exc:  # a read-only or foreign state dir
+        log.error("the gateway could not start: %s", exc)
+        return 1
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
     try:
@@ -101,6 +104,9 @@ async def run(
         return 0 if ok else 1
     except KlawError as exc:
         log.error("the gateway could not start: %s", exc)
+        return 1
+    except OSError as exc:  # its own dirs read-only, full or foreign: one line, the cure
+        log.error("the gateway could not start: %s", os_error_line(exc))
         return 1
     finally:
         for sig in installed:
