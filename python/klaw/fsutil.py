@@ -15,7 +15,16 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "atomic_write", "atomic_write_at", "fsync_dir", "temp_name", "temp_path"]
+__all__ = [
+    "atomic_path",
+    "atomic_write",
+    "atomic_write_at",
+    "create_exclusive",
+    "ensure_writable_dir",
+    "fsync_dir",
+    "temp_name",
+    "temp_path",
+]
 
 
 def fsync_dir(path: Path | str) -> None:
@@ -81,6 +90,31 @@ def atomic_write(
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
+
+
+def create_exclusive(path: Path | str, data: bytes | str, *, mode: int = 0o600) -> bool:
+    """Create `path` with `data` only if it does not exist, atomically and durably.
+
+    Returns False (and writes nothing) when the file exists. The content is complete
+    before the name appears (temp file + link(), which fails on an existing target),
+    so a reader or a racing process never sees it half-written.
+    """
+    target = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = temp_path(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        try:
+            _fill(fd, payload, mode)
+        finally:
+            os.close(fd)
+        os.link(tmp, target)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(target.parent)
+    return True
 
 
 def atomic_write_at(dir_fd: int, name: str, data: bytes | str, *, mode: int = 0o600) -> None:

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from klaw.fsutil import atomic_path, atomic_write, atomic_write_at
+from klaw.errors import NotWritable
+from klaw.fsutil import (
+    atomic_path,
+    atomic_write,
+    atomic_write_at,
+    create_exclusive,
+    ensure_writable_dir,
+)
 
 
 def test_replaces_content_with_mode_600(tmp_path: Path) -> None:
@@ -95,3 +102,21 @@ def test_atomic_path_replaces_on_success_only(tmp_path: Path) -> None:
         raise RuntimeError("download broke")
     assert target.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]
+
+
+def test_create_exclusive_never_overwrites(tmp_path: Path) -> None:
+    target = tmp_path / "core_memory.json"
+    assert create_exclusive(target, "first")
+    assert not create_exclusive(target, "second")
+    assert target.read_text() == "first"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["core_memory.json"]  # no temp left
+
+
+def test_ensure_writable_dir_names_the_cure(tmp_path: Path) -> None:
+    ensure_writable_dir(tmp_path / "new" / "dir")
+    assert (tmp_path / "new" / "dir").is_dir()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(NotWritable, match=str(blocker)):
+        ensure_writable_dir(blocker / "below")  # a file where a directory should be

@@ -7,8 +7,8 @@ The file holds two sections, each a flat object of JSON values::
 
 Single writer: the Engine (tools ``memory_core_get/update/delete``). Hand edits go
 through ``klaw memory edit`` while the Engine is stopped. Within one process the class
-is thread-safe (one lock). Every write is atomic (temp file in the same directory,
-fsync, ``os.replace``, fsync of the directory), so a crash leaves either the old or
+is thread-safe (one lock). Every write is atomic (`klaw.fsutil.atomic_write`: temp file,
+fsync, rename, fsync of the directory), so a crash leaves either the old or
 the new file, never a mix. A file that does not parse is an error naming the file
 and the way out; it is never silently reset.
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from klaw.errors import InvalidInput, KlawError
+from klaw.fsutil import atomic_write, create_exclusive
 
 __all__ = [
     "SECTIONS",
@@ -105,33 +106,6 @@ def validate_core_memory(data: Any) -> dict[str, dict[str, Any]]:
 
 def _empty() -> dict[str, dict[str, Any]]:
     return {section: {} for section in SECTIONS}
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_temp(directory: Path, name: str, text: str) -> Path:
-    """Write ``text`` to a fsynced temp file in ``directory`` (mode 600).
-
-    Like ``tempfile.mkstemp`` (O_EXCL, random name) without importing tempfile, which
-    costs CLI start time.
-    """
-    tmp = directory / f".{name}.{os.urandom(6).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
 
 
 class CoreMemory:
@@ -262,15 +236,7 @@ class CoreMemory:
 
     def _save(self, data: dict[str, dict[str, Any]]) -> None:
         """Atomic write: temp file in the same dir, fsync, rename over, fsync the dir."""
-        directory = self.path.parent
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = _write_temp(directory, self.path.name, _dumps(data, indent=2) + "\n")
-        try:
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(directory)
+        atomic_write(self.path, _dumps(data, indent=2) + "\n", mkdir=True)
         self._data, self._stamp = data, self._file_stamp()
 
     # ------------------------------------------------------------ initialising
@@ -293,18 +259,10 @@ class CoreMemory:
                 return False
             data = _empty()
             data["user"] = parse_user_md(text)
-            directory = self.path.parent
-            directory.mkdir(parents=True, exist_ok=True)
-            tmp = _write_temp(directory, self.path.name, _dumps(data, indent=2) + "\n")
-            try:
-                # link() fails if the target exists: "create only if absent", atomically,
-                # even against another process racing us.
-                os.link(tmp, self.path)
-            except FileExistsError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # "Create only if absent", atomically, even against another process racing us.
+            if not create_exclusive(self.path, _dumps(data, indent=2) + "\n"):
                 return False
-            finally:
-                tmp.unlink(missing_ok=True)
-            _fsync_dir(directory)
             self._data, self._stamp = data, self._file_stamp()
             return True
 
