@@ -383,3 +383,27 @@ async def test_a_redelivered_message_waiting_for_its_retry_is_not_run_again(
 async def _until(predicate: Any) -> None:
     while not predicate():
         await asyncio.sleep(0.01)
+
+
+async def test_a_turn_sees_the_earlier_reply_before_its_own_message(
+    make_pipeline: Any, llm: FakeLLM
+) -> None:
+    """Finding 2: text A, /status, text B within one second (Telegram's resolution).
+    B's turn must end with B, after the answer to A, although all share one timestamp."""
+    pipeline = make_pipeline(debounceMs=1000)
+    llm.hold = asyncio.Event()
+    llm.answer("answer to A")
+    llm.answer("answer to B")
+    out = Outbox()
+    now = datetime.now(UTC).replace(microsecond=0)
+    ta = asyncio.create_task(pipeline.handle(inbound("a", "text A", ts=now), out))
+    await asyncio.sleep(0)  # A is stored and collecting
+    status = Command(id="s", channel="telegram", chat_id="telegram_1", ts=now, name="status")
+    ts_ = asyncio.create_task(pipeline.handle(status, out))  # closes A's batch
+    await asyncio.wait_for(llm.arrived.wait(), T)  # A's turn is at the model
+    tb = asyncio.create_task(pipeline.handle(inbound("b", "text B", ts=now), out))
+    await asyncio.wait_for(_until(lambda: "b" in pipeline._active), T)
+    llm.hold.set()
+    await asyncio.wait_for(asyncio.gather(ta, ts_, tb), T)
+    second = [(m["role"], m.get("content")) for m in llm.requests[1]["messages"][1:]]
+    assert second == [("user", "text A"), ("assistant", "answer to A"), ("user", "text B")]

@@ -583,12 +583,17 @@ class Pipeline:
         # Messages of later batches (stored on arrival, waiting their turn) are not
         # part of this turn: they would be answered here and again in their own.
         later = self._active - own
+        window = [
+            r
+            for r in self.memory.store.recent_messages(chat_id, since or None, limit)
+            if r[7] <= latest and r[0] not in later
+        ]
+        # The messages this turn answers go last, whatever their timestamps: with 1 s
+        # resolution a message sent while the previous turn ran shares its second with
+        # that turn's reply, which is stored after it ("user B, assistant A" would make
+        # B look answered). Everything else keeps log order.
         rows = _merge_user_runs(
-            [
-                r
-                for r in self.memory.store.recent_messages(chat_id, since or None, limit)
-                if r[7] <= latest and r[0] not in later
-            ]
+            [r for r in window if r[0] not in own] + [r for r in window if r[0] in own]
         )
         try:
             core_text = CoreMemory(self.paths.core_memory).to_prompt()
