@@ -66,6 +66,11 @@ class KlawPaths:
         return self.data_dir / "conversations"
 
     @property
+    def answered(self) -> Path:
+        """Per-chat answered watermarks (exactly-once redelivery; klaw/engine/answered.py)."""
+        return self.data_dir / "answered"
+
+    @property
     def summaries(self) -> Path:
         return self.data_dir / "summaries"
 

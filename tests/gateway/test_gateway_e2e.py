@@ -387,18 +387,22 @@ async def test_both_down_then_gateway_restarts_with_a_full_buffer(
     assert len(klaw_home.gateway_buffer.read_bytes().splitlines()) == 2
     assert [r["content"] for r in log_lines(klaw_home)] == ["one", "two"]
 
-    llm.answer("Got both.")
+    llm.answer("Got it.")
+    llm.answer("Got it.")
     async with (
         gateway_running(klaw_home, fake) as gw,
         engine_running(klaw_home, memory_factory=open_memory, config=config),
     ):
-        (reply,) = await fake.wait_sent(OWNER, 1, T)
-        assert reply.visible == "Got both."
         await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
-    # One turn for both (they were replayed in order, in one batch or in order).
-    assert [r["content"] for r in log_lines(klaw_home)] == ["one", "two", "Got both."]
-    user_turn = [m["content"] for m in llm.requests[0]["messages"] if m["role"] == "user"]
-    assert user_turn == ["one\ntwo"]
+        turns = len(llm.requests)  # one batch for both, or one turn each (debounce 0)
+        replies = await fake.wait_sent(OWNER, turns, T)
+        assert [r.visible for r in replies] == ["Got it."] * turns
+    # Replayed in order: each turn ends with the next of them.
+    last_user = [
+        [m["content"] for m in req["messages"] if m["role"] == "user"][-1] for req in llm.requests
+    ]
+    assert "\n".join(last_user) == "one\ntwo"
+    assert [r["content"] for r in log_lines(klaw_home)] == ["one", "two"] + ["Got it."] * turns
     assert klaw_home.gateway_buffer.read_bytes() == b""
 
 

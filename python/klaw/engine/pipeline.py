@@ -2,7 +2,8 @@
 
 `Pipeline` is the engine's `InboundHandler`:
 
-1. Every inbound is stored in klaw.db at once, with its own ``ts``. The store is
+1. Every inbound is stored in klaw.db at once (in a worker thread; a per-chat intake
+   lock keeps arrival order), with its own ``ts``. The store is
    idempotent on the message id: a redelivered message (insert count 0) is dropped.
 2. Per chat, messages arriving within ``processing.debounceMs`` of each other are
    collected into one batch; the timer restarts with every message. A batch is one
@@ -23,8 +24,9 @@ graceful shutdown waits for it).
 
 Exactly-once across crashes: the gateway re-sends every message it has no answer
 for. A message already stored is not stored twice, and then: if its turn is still
-running here, nothing more happens; if its chat's answered watermark (a meta key
-written with the turn's last row, before the reply goes out) covers it, the stored
+running here, nothing more happens; if its chat's answered watermark (files under
+`answered/`, see klaw.engine.answered, written with the turn's last row before the
+reply goes out, so `klaw reindex` cannot drop them) covers it, the stored
 reply is sent again when it answered this message (the gateway drops an outbound id
 it already delivered) or a `duplicate` error settles it; otherwise the engine died
 during its turn and it is processed now.
@@ -38,13 +40,13 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from klaw.engine.answered import AnsweredMarks
 from klaw.engine.context import (
     ContextInput,
     ContextLimits,
@@ -94,7 +96,6 @@ TOOL_LIMIT_MESSAGE: Final = (
 )
 
 RegistryFactory = Callable[[str], "ToolRegistry"]
-WATERMARK_KEY: Final = "answered:{chat_id}"
 #: Tools a group chat does not get (the owner's memory and workspace).
 PRIVATE_TOOLS: Final = frozenset(
     {
@@ -108,7 +109,6 @@ PRIVATE_TOOLS: Final = frozenset(
         "file_list",
     }
 )
-KEPT_REPLIES: Final = 20  # per chat, re-sent to a gateway that missed them
 
 
 class PrioritySlots:
@@ -189,7 +189,8 @@ class Pipeline:
         self._active: set[str] = set()  # ids of messages queued or in a running turn
         self._registries: dict[str, ToolRegistry] = {}
         self._retrying: set[str] = set()  # unanswered messages waiting for their retry
-        self._marks: dict[str, dict[str, Any]] = {}  # answered watermarks, by chat
+        self._intake: dict[str, asyncio.Lock] = {}  # per chat: store, then queue, in order
+        self.answered = AnsweredMarks(paths.answered, legacy=memory.store.meta_get)
         self._core_problem: str | None = None  # why core_memory.json can't be read
         self._core_warned: dict[str, str] = {}  # chat → the problem it was told about
         # When no model answers, the batch is tried again after this, doubling.
@@ -223,19 +224,34 @@ class Pipeline:
     ) -> None:
         """Store `msg`, queue it for its chat's next turn and wait for that turn."""
         row = line_row(inbound_line(msg), msg.channel, msg.chat_id)
-        # Synchronous on purpose: no await between arrival and queueing keeps the
-        # order of a chat's messages (one small insert).
-        inserted = self.memory.store.insert_messages([row])
+        # Stored in a worker thread (a write may wait behind indexing: never on the
+        # loop); the chat's intake lock keeps arrival order from storing to queueing.
+        intake = self._intake.setdefault(msg.chat_id, asyncio.Lock())
+        async with intake:
+            inserted = await asyncio.to_thread(self.memory.store.insert_messages, [row])
+            if isinstance(msg, Command):
+                queued = asyncio.Event()
+                command = self._spawn(
+                    self._command(msg, reply, duplicate=inserted == 0, queued=queued)
+                )
+                # Hold intake until the command stands in the chat's order: a message
+                # arriving after it must be answered after it.
+                waiting = asyncio.ensure_future(queued.wait())
+                await asyncio.wait([command, waiting], return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+            else:
+                if inserted == 0:
+                    if not await self._redelivered(msg, reply):
+                        return
+                    log.info(
+                        "message %s of %s was stored but never answered: processing it",
+                        msg.id,
+                        msg.chat_id,
+                    )
+                done = self._enqueue(msg, reply, priority)
         if isinstance(msg, Command):
-            await self._command(msg, reply, duplicate=inserted == 0)
+            await command
             return
-        if inserted == 0:
-            if not await self._redelivered(msg, reply):
-                return
-            log.info(
-                "message %s of %s was stored but never answered: processing it", msg.id, msg.chat_id
-            )
-        done = self._enqueue(msg, reply, priority)
         await asyncio.shield(done)
 
     async def _redelivered(self, msg: Inbound, reply: Reply) -> bool:
@@ -243,15 +259,14 @@ class Pipeline:
         if msg.id in self._active or msg.id in self._retrying:
             log.info("message %s of %s is already being processed", msg.id, msg.chat_id)
             return False
-        mark = self._watermark(msg.chat_id)
-        stored = self._stored_reply(msg.chat_id, mark, msg.id)
-        # `>=`: a message of the watermark's own second that no kept reply answers
-        # was sent beside an answered one, not answered itself.
-        if stored is None and (to_iso(msg.ts) or "") >= str(mark.get("ts", "")):
+        marks = self.answered
+        stored = await asyncio.to_thread(marks.reply_for, msg.chat_id, msg.id)
+        ts = to_iso(msg.ts) or ""
+        if stored is None and await asyncio.to_thread(marks.needs_turn, msg.chat_id, msg.id, ts):
             return True
         if stored is not None:
             log.info("message %s of %s was answered: sending that reply again", msg.id, msg.chat_id)
-            await _send(reply, Outbound.model_validate(stored))
+            await _send(reply, stored)
         else:
             await _send(
                 reply,
@@ -263,39 +278,11 @@ class Pipeline:
             )
         return False
 
-    def _watermark(self, chat_id: str) -> dict[str, Any]:
-        """The chat's answered watermark: {"ts", "n", "slots": {slot: [answered ids]}}.
-
-        The replies themselves sit in KEPT_REPLIES ring slots of their own keys, so
-        a turn writes its own reply and a small index, not all kept replies. The
-        engine is the only writer, so the index is cached.
-        """
-        mark = self._marks.get(chat_id)
-        if mark is None:
-            raw = self.memory.store.meta_get(WATERMARK_KEY.format(chat_id=chat_id))
-            try:
-                loaded = json.loads(raw) if raw else {}
-            except ValueError:
-                loaded = {}
-            mark = loaded if isinstance(loaded, dict) else {}
-            self._marks[chat_id] = mark
-        return mark
-
-    def _stored_reply(self, chat_id: str, mark: dict[str, Any], msg_id: str) -> Any:
-        slots = mark.get("slots")
-        if not isinstance(slots, dict):
-            return None
-        slot = next((k for k, ids in slots.items() if msg_id in ids), None)
-        if slot is None:
-            return None
-        raw = self.memory.store.meta_get(f"{WATERMARK_KEY.format(chat_id=chat_id)}:{slot}")
-        try:
-            return json.loads(raw) if raw else None
-        except ValueError:
-            return None
-
-    async def _command(self, cmd: Command, reply: Reply, *, duplicate: bool) -> None:
-        """Runs a command in its chat's order, after any batch collected before it."""
+    async def _command(
+        self, cmd: Command, reply: Reply, *, duplicate: bool, queued: asyncio.Event
+    ) -> None:
+        """Runs a command in its chat's order, after any batch collected before it;
+        `queued` is set once it waits in that order."""
         chat = self._chats.setdefault(cmd.chat_id, _Chat())
         if chat.batch is not None:
             # Close the collecting batch now (nothing later may join it) and let it
@@ -305,6 +292,7 @@ class Pipeline:
             batch, chat.batch, chat.timer = chat.batch, None, None
             self._spawn(self._run(cmd.chat_id, chat, batch))
             await asyncio.sleep(0)
+        queued.set()  # no await between this and taking a place on the order lock
         async with chat.order:
             first_ts = to_iso(cmd.ts) or ""
             model, segment = await asyncio.to_thread(self.session, cmd.chat_id, first_ts)
@@ -530,8 +518,7 @@ class Pipeline:
             await asyncio.sleep(delay)
         finally:
             self._retrying.difference_update(m.id for m in batch.messages)
-        mark = self._watermark(batch.messages[0].chat_id)
-        if str(mark.get("ts", "")) >= latest:
+        if await asyncio.to_thread(self.answered.covers, batch.messages[0].chat_id, latest):
             # A later turn answered the chat with these messages in its window:
             # settle them at the gateway (nothing more will come for them).
             for msg, reply in zip(batch.messages, batch.replies, strict=True):
@@ -553,20 +540,10 @@ class Pipeline:
 
     def _finish(self, out: Outbound, latest: str) -> None:
         """Stores the reply row and moves the chat's answered watermark (one writer)."""
-        store = self.memory.store
-        store.insert_messages([line_row(outbound_line(out), out.channel, out.chat_id)])
+        self.memory.store.insert_messages([line_row(outbound_line(out), out.channel, out.chat_id)])
         # The last few replies are kept: after a gateway outage every one of them may
         # still be owed (the gateway re-sends what it never saw answered).
-        key = WATERMARK_KEY.format(chat_id=out.chat_id)
-        previous = self._watermark(out.chat_id)
-        n = int(previous.get("n", 0))
-        slot = str(n % KEPT_REPLIES)
-        store.meta_set(f"{key}:{slot}", out.model_dump_json())
-        slots = dict(previous.get("slots") or {})
-        slots[slot] = out.answers
-        mark = {"ts": max(latest, str(previous.get("ts", ""))), "n": n + 1, "slots": slots}
-        store.meta_set(key, json.dumps(mark))
-        self._marks[out.chat_id] = mark
+        self.answered.record(out, latest)
 
     def _inputs(
         self, chat_id: str, first_ts: str, latest: str, own: set[str]
