@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_INBOUND_CHARS", "Gateway", "GatewayTimings"]
 
+NOTICE_TIMEOUT_S = 60.0
 log = logging.getLogger("klaw.gateway")
 
 #: Longer texts are saved to the inbox and passed on as a file (nothing is lost).
@@ -277,11 +278,14 @@ class Gateway:
         await self._say(channel, inc.chat_id, PAIRING_TEXT.format(code=code))
 
     async def _say(self, channel: Channel, chat_id: str, text: str) -> None:
-        """A gateway notice (pairing, unsupported kind): sent, not logged, never fatal."""
+        """A gateway notice (pairing, unsupported kind): sent, not logged, never fatal.
+
+        Replies are retried until sent; a notice is given up after NOTICE_TIMEOUT_S so a
+        long 429 cannot hold up the updates behind it."""
         try:
-            await channel.send(chat_id, text)
-        except ChannelSendError as exc:
-            log.warning("notice to %s not sent: %s", chat_id, exc)
+            await asyncio.wait_for(channel.send(chat_id, text), NOTICE_TIMEOUT_S)
+        except (ChannelSendError, TimeoutError) as exc:
+            log.warning("notice to %s not sent: %s", chat_id, exc or "timed out")
 
     # ------------------------------------------------------------------ typing
 
