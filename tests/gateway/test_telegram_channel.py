@@ -366,7 +366,10 @@ async def test_poison_update_is_dropped_after_max_deliveries(
     try:
         fake_telegram.text(CHAT, "poison")
         fake_telegram.text(CHAT, "next")
+        # "next" does not wait for the poison's retries (finding 3); the poison is
+        # tried max_deliveries times, then rejected and acknowledged.
         assert await asyncio.wait_for(passed.get(), 10) == "next"
+        await fake_telegram.wait_for(lambda: len(attempts) == 3 and not fake_telegram.pending, 10)
         assert len(attempts) == 3
     finally:
         task.cancel()
@@ -652,3 +655,35 @@ async def test_a_lone_surrogate_is_stored_replaced_and_holds_nobody_up(
     assert first.content == "broken \ufffd text"
     first.content.encode("utf-8")  # storable
     assert second.content == "innocent"
+
+
+async def test_a_failing_update_does_not_hold_up_other_chats(
+    fake_telegram: FakeTelegram, inbox: Path
+) -> None:
+    """Finding 3: chat A's update fails (its handler raises) and waits an hour for its
+    retry; chat B's message behind it is handled now, and A stays unacknowledged."""
+    channel = make_channel(fake_telegram, inbox, backoff=3600, max_backoff=3600)
+    received: asyncio.Queue[Incoming] = asyncio.Queue()
+
+    async def on_message(inc: Incoming) -> None:
+        if inc.content == "poison":
+            raise RuntimeError("a bug in handling this one")
+        await received.put(inc)
+
+    fake_telegram.text(CHAT, "poison")
+    (poison,) = fake_telegram.pending
+    task = asyncio.create_task(channel.listen(on_message))
+    try:
+        fake_telegram.text(CHAT + 1, "innocent")
+        got = await asyncio.wait_for(received.get(), 10)
+        assert got.content == "innocent"
+        fake_telegram.text(CHAT + 2, "later")  # arrives while A still waits
+        got = await asyncio.wait_for(received.get(), 10)
+        assert got.content == "later"
+        # A is never acknowledged while it waits: Telegram keeps it.
+        assert fake_telegram.pending[0] == poison
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await channel.close()

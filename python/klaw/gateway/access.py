@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from klaw.errors import InvalidInput
+from klaw.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from klaw.config import GatewayConfig
@@ -35,6 +34,11 @@ __all__ = ["Access", "Approvals", "PairingCode", "Pairings", "normalize_chat"]
 log = logging.getLogger("klaw.gateway")
 
 CODE_TTL = timedelta(hours=24)
+# A stranger gets one pairing reply per REPLY_EVERY however much it writes, and at most
+# MAX_PENDING codes wait at a time: a flood of strangers costs neither sends nor disk.
+REPLY_EVERY = timedelta(minutes=10)
+MAX_PENDING = 100
+_NAME_CHARS = 64  # sender names kept in pairing.json (display only)
 _ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud or retyped
 LOCAL_CHANNELS = frozenset({"console"})
 
@@ -46,18 +50,11 @@ def normalize_chat(channel: str, entry: str) -> str:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps(data, ensure_ascii=False, indent=2), mkdir=True)
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat(timespec="seconds")
 
 
 def _read_json(path: Path) -> Any:
@@ -76,6 +73,7 @@ class PairingCode:
     sender: str | None
     sender_name: str | None
     created_at: str
+    replied_at: str | None = None  # the last pairing reply sent to this chat
 
 
 class Pairings:
@@ -84,6 +82,7 @@ class Pairings:
     def __init__(self, path: Path, now: Any = None) -> None:
         self.path = path
         self._now = now or (lambda: datetime.now(UTC))
+        self._full_since: datetime | None = None  # last "too many pending" warning
 
     def _load(self) -> dict[str, PairingCode]:
         raw = _read_json(self.path) or {}
@@ -109,6 +108,7 @@ class Pairings:
                     "sender": c.sender,
                     "sender_name": c.sender_name,
                     "created_at": c.created_at,
+                    "replied_at": c.replied_at,
                 }
                 for c in codes.values()
             },
@@ -129,6 +129,38 @@ class Pairings:
         )
         self._save(codes)
         return code
+
+    def reply_code(self, chat_id: str, sender: str | None, sender_name: str | None) -> str | None:
+        """The code to send to a stranger now, or None: it got one less than REPLY_EVERY
+        ago, or MAX_PENDING other codes are waiting (existing ones are never evicted: one
+        of them may be the owner's). Writes pairing.json only when it answers."""
+        now = self._now()
+        codes = self._load()
+        entry = next((c for c in codes.values() if c.chat_id == chat_id), None)
+        if entry is None:
+            if len(codes) >= MAX_PENDING:
+                if self._full_since is None or self._full_since + REPLY_EVERY <= now:
+                    self._full_since = now
+                    log.warning(
+                        "%d pairing codes are pending: new strangers get no code until some "
+                        "expire (24 h) or are handled with `klaw pair`",
+                        len(codes),
+                    )
+                return None
+            code = "".join(secrets.choice(_ALPHABET) for _ in range(8))
+            name = sender_name[:_NAME_CHARS] if sender_name else sender_name
+            entry = PairingCode(
+                code, chat_id, (sender or "")[:_NAME_CHARS] or None, name, _iso(now)
+            )
+        elif entry.replied_at is not None:
+            try:
+                if datetime.fromisoformat(entry.replied_at) + REPLY_EVERY > now:
+                    return None
+            except ValueError:
+                pass  # a hand-edited time: answer, and write a good one
+        codes[entry.code] = replace(entry, replied_at=_iso(now))
+        self._save(codes)
+        return entry.code
 
     def take(self, code: str) -> PairingCode | None:
         """Removes and returns the entry for `code` (case-insensitive), if valid."""

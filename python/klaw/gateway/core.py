@@ -268,8 +268,11 @@ class Gateway:
             log.info("message from group %s ignored: not in allowedChatIds", inc.chat_id)
             return
         code = await asyncio.to_thread(
-            self.access.pairings.code_for, inc.chat_id, inc.sender, inc.sender_name
+            self.access.pairings.reply_code, inc.chat_id, inc.sender, inc.sender_name
         )
+        if code is None:  # answered lately, or too many strangers are waiting
+            log.debug("unknown chat %s: no pairing reply now (rate limit)", inc.chat_id)
+            return
         log.warning(
             "unknown chat %s (%s): pairing code issued; approve with `klaw pair approve`",
             inc.chat_id,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import errno
 import logging
 import os
@@ -106,6 +107,12 @@ _DIGITS = re.compile(r"[0-9]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: pairs are joined by json.loads
 
 
+class _Outcome(enum.Enum):
+    DONE = "done"  # handled, or rejected for good
+    RETRY = "retry"  # failed; tried again after its backoff
+    STALLED = "stalled"  # storage outage: nothing can be stored, fetch again
+
+
 class TelegramError(KlawError):
     """Telegram cannot be used as configured, or an operation other than a send failed.
 
@@ -168,6 +175,9 @@ class TelegramChannel:
         self._offset: int | None = None  # next update to fetch: everything below is done
         self._sent_offset: int | None = None  # the offset Telegram has last seen
         self._deliveries: dict[int, int] = {}  # update_id → failed deliveries so far
+        self._retry_at: dict[int, float] = {}  # update_id → loop time of its next try
+        self._handled: set[int] = set()  # done, but behind one waiting for its retry
+        self._notices: set[asyncio.Task[None]] = set()
         self._outage = 0  # consecutive updates that could not be stored (disk trouble)
         self._told: set[int] = set()  # chats told about the current outage
         self._listening = False
@@ -201,9 +211,7 @@ class TelegramChannel:
                 self._sent_offset = self._offset
                 delay = self._backoff
                 updates = [u for u in _list(result) if isinstance(u, dict)]
-                for update in updates:
-                    if not await self._deliver(update, on_message):
-                        break  # poll again from the failed update: it is redelivered
+                await self._handle_batch(updates, on_message)
         finally:
             self._listening = False
 
@@ -241,12 +249,51 @@ class TelegramChannel:
         await asyncio.sleep(wait)
         return delay
 
-    async def _deliver(self, update: Json, on_message: OnMessage) -> bool:
-        """Handles one update; False when it failed and must be fetched again."""
-        update_id = _int(update, "update_id")
-        if update_id is None:
-            log.warning("telegram: skipping an update without update_id")
-            return True
+    async def _handle_batch(self, updates: list[Json], on_message: OnMessage) -> None:
+        """Handles one getUpdates batch and moves the offset past what is done.
+
+        Telegram's offset acknowledges every update below it, so it never passes an
+        update that is not done. One whose handling failed waits for its retry without
+        holding up the others: they are handled now and remembered (`_handled`) until
+        the offset passes them, and the batch is fetched again at most every second
+        until the failed one is due. A storage outage stops the batch: nothing can be
+        stored, so it is fetched again from the offset.
+        """
+        loop = asyncio.get_running_loop()
+        waiting: int | None = None  # the oldest update of this batch still to be done
+        delivered = False
+        for update in updates:
+            update_id = _int(update, "update_id")
+            if update_id is None:
+                log.warning("telegram: skipping an update without update_id")
+                continue
+            if update_id in self._handled:
+                if waiting is None:
+                    self._handled.discard(update_id)
+                    self._offset = update_id + 1
+                continue
+            due = self._retry_at.get(update_id)
+            if due is not None and due > loop.time():
+                waiting = update_id if waiting is None else waiting
+                continue
+            outcome = await self._deliver(update, update_id, on_message)
+            if outcome is _Outcome.STALLED:
+                return
+            delivered = True
+            if outcome is _Outcome.RETRY:
+                waiting = update_id if waiting is None else waiting
+            elif waiting is None:
+                self._offset = update_id + 1
+            else:
+                self._handled.add(update_id)
+        if waiting is not None and not delivered:
+            # Only updates waiting for their retry: no busy loop, but new ones from
+            # other chats are still fetched (and handled) within a second.
+            wait = min(self._retry_at.values(), default=loop.time()) - loop.time()
+            await asyncio.sleep(min(max(wait, 0.0), 1.0))
+
+    async def _deliver(self, update: Json, update_id: int, on_message: OnMessage) -> _Outcome:
+        """Handles one update: DONE, RETRY (failed, retried later) or STALLED (storage)."""
         try:
             incoming = await self._normalise(update)
             if incoming is not None:
@@ -255,21 +302,21 @@ class TelegramChannel:
             raise
         except OSError as exc:
             if exc.errno not in _STORAGE_ERRNOS:
-                return await self._failed(update_id)
+                return self._failed(update_id)
             # The message could not be stored (disk full, read-only, I/O error): it is
             # not acknowledged, so Telegram keeps it, and it is fetched again until the
             # disk is back. Nothing else can be stored meanwhile either.
             await self._storage_outage(update, update_id, exc)
-            return False
+            return _Outcome.STALLED
         except Exception:
-            return await self._failed(update_id)
+            return self._failed(update_id)
         if self._outage:
             log.warning("telegram: storage works again after %d failed tries", self._outage)
             self._outage = 0
             self._told.clear()
         self._deliveries.pop(update_id, None)
-        self._offset = update_id + 1
-        return True
+        self._retry_at.pop(update_id, None)
+        return _Outcome.DONE
 
     async def _storage_outage(self, update: Json, update_id: int, exc: OSError) -> None:
         self._outage += 1
@@ -284,35 +331,40 @@ class TelegramChannel:
             )
         chat_id = _int(_obj(_obj(update, "message"), "chat"), "id")
         if chat_id is not None and chat_id not in self._told:
-            self._told.add(chat_id)  # one notice per chat and outage
-            try:
-                await self._api.call("sendMessage", {"chat_id": chat_id, "text": STORAGE_NOTICE})
-            except BotApiException as err:
-                log.warning("telegram: storage notice to %s failed: %s", chat_id, err)
+            self._told.add(chat_id)  # one notice per chat and outage, sent aside
+            task = asyncio.create_task(self._storage_notice(chat_id))
+            self._notices.add(task)
+            task.add_done_callback(self._notices.discard)
         await asyncio.sleep(wait)
 
-    async def _failed(self, update_id: int) -> bool:
-        """An update whose handling raised (not a storage error): retried a few times,
-        then rejected with an error in the log."""
+    async def _storage_notice(self, chat_id: int) -> None:
+        try:
+            await self._api.call("sendMessage", {"chat_id": chat_id, "text": STORAGE_NOTICE})
+        except BotApiException as err:
+            log.warning("telegram: storage notice to %s failed: %s", chat_id, err)
+
+    def _failed(self, update_id: int) -> _Outcome:
+        """An update whose handling raised (not a storage error): retried a few times
+        with backoff (others go on meanwhile), then rejected with an error in the log."""
         failures = self._deliveries.get(update_id, 0) + 1
         if failures < self._max_deliveries:
             self._deliveries[update_id] = failures
             wait = Backoff(self._backoff, 2.0, self._max_backoff).delay(failures)
+            self._retry_at[update_id] = asyncio.get_running_loop().time() + wait
             log.exception(
-                "telegram: handling update %d failed (try %d of %d); redelivering in %.1fs",
+                "telegram: handling update %d failed (try %d of %d); retrying in %.1fs",
                 update_id,
                 failures,
                 self._max_deliveries,
                 wait,
             )
-            await asyncio.sleep(wait)
-            return False
+            return _Outcome.RETRY
         log.exception(
             "telegram: handling update %d failed %d times; rejecting it", update_id, failures
         )
         self._deliveries.pop(update_id, None)
-        self._offset = update_id + 1
-        return True
+        self._retry_at.pop(update_id, None)
+        return _Outcome.DONE
 
     async def _normalise(self, update: Json) -> Incoming | None:
         msg = _obj(update, "message")
@@ -517,6 +569,8 @@ class TelegramChannel:
         if self._closed:
             return
         self._closed = True
+        for task in list(self._notices):
+            task.cancel()
         if not self._listening and self._offset is not None and self._offset != self._sent_offset:
             # Without this the last batch would be delivered again after a restart.
             with contextlib.suppress(BotApiException):
