@@ -40,7 +40,7 @@ class FakeLLM:
         self.replies.append((200, body))
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)  # real APIs take big requests
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
         await self._runner.setup()

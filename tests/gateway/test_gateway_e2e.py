@@ -27,6 +27,7 @@ from klaw.gateway.telegram import TelegramChannel
 from klaw.memory import Memory
 from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
+from klaw.wire.protocol import MAX_LINE_BYTES
 from scripted_llm import FakeLLM, call, engine_config, write_engine_yaml
 
 T = 20.0
@@ -505,3 +506,36 @@ async def test_strangers_files_are_not_downloaded_and_owner_files_reach_the_mode
     user = [m for m in llm.requests[0]["messages"] if m["role"] == "user"][-1]["content"]
     # A workspace-relative path: what file_read accepts.
     assert f"[attached file: inbox/{files[0]}" in user and "my notes" in user
+
+
+# Finding 1: a turn whose tool round is over the 1 MiB line limit (a 900 KB
+# `file_write`, allowed by maxFileSizeBytes) is delivered: the user gets the reply, the
+# tool round reaches the JSONL, and the message leaves the gateway buffer.
+async def test_a_reply_with_a_huge_tool_round_reaches_the_user_and_the_log(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+) -> None:
+    fake = fake_telegram
+    body = '"a\\b"\n' * 150_000  # 900 KB that JSON escapes to 1.5 MB
+    assert len(body.encode()) < config.files.max_file_size_bytes
+    args = json.dumps({"path": "report.txt", "content": body})
+    assert len(args.encode()) > MAX_LINE_BYTES
+    llm.answer(None, [call("c1", "file_write", args)])
+    llm.answer("Saved the report.")
+    async with (
+        engine_running(klaw_home, memory_factory=open_memory, config=config),
+        gateway_running(klaw_home, fake) as gw,
+    ):
+        await asyncio.wait_for(gw.connected.wait(), T)
+        fake.text(OWNER, "write the report")
+        (sent,) = await fake.wait_sent(OWNER, 1, T)
+        assert sent.visible == "Saved the report."
+        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+    assert (klaw_home.workspace / "report.txt").read_text() == body
+    lines = log_lines(klaw_home)
+    assert [r["role"] for r in lines] == ["user", "assistant", "tool", "assistant"]
+    (tool_call,) = lines[1]["meta"]["tool_calls"]
+    assert tool_call["arguments"]["content"] == body

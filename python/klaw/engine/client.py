@@ -15,6 +15,7 @@ from typing import TypeVar
 from klaw.errors import KlawError
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import (
+    MAX_ENGINE_LINE_BYTES,
     Error,
     LineReader,
     MemorySearch,
@@ -84,7 +85,9 @@ async def request(paths: KlawPaths, msg: Request, timeout: float = DEFAULT_TIMEO
         writer.write(encode(msg))
         await writer.drain()
         try:
-            reply = await asyncio.wait_for(_read_reply(LineReader(reader), msg.id), timeout)
+            reply = await asyncio.wait_for(
+                _read_reply(LineReader(reader, MAX_ENGINE_LINE_BYTES), msg.id), timeout
+            )
         except TimeoutError as exc:
             raise EngineTimeout(
                 f"the engine did not answer {msg.type} within {timeout:g} s"
@@ -109,7 +112,7 @@ async def _read_reply(lines: LineReader, ref: str) -> Message:
         if line is None:
             raise EngineNotRunning("the engine closed the connection without answering")
         try:
-            msg = decode(line)
+            msg = decode(line, MAX_ENGINE_LINE_BYTES)
         except ProtocolError as exc:
             raise EngineRequestError(exc.code, exc.message) from exc
         if getattr(msg, "id", None) == ref or (isinstance(msg, Error) and msg.ref in (ref, None)):

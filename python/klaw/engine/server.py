@@ -30,6 +30,7 @@ from klaw import __version__
 from klaw.errors import InvalidInput, KlawError
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import (
+    MAX_ENGINE_LINE_BYTES,
     Command,
     CommandInfo,
     Delivered,
@@ -107,6 +108,28 @@ class DeliveryRefused(KlawError):
         self.code = code
 
 
+def _smaller(msg: Message, exc: LineTooLong) -> bytes:
+    """A line for a message over even the engine's limit: a reply still reaches the
+    user without its tool rounds (they stay in klaw.db; the log misses them), anything
+    else becomes an error naming the problem."""
+    if isinstance(msg, Outbound) and msg.records:
+        log.error(
+            "reply %s to %s: its tool rounds are too big to log (%s); sending it without",
+            msg.id,
+            msg.chat_id,
+            exc,
+        )
+        meta = {**msg.meta, "error": "records_too_large"}
+        try:
+            return encode(
+                msg.model_copy(update={"records": [], "meta": meta}), MAX_ENGINE_LINE_BYTES
+            )
+        except LineTooLong as again:
+            exc = again
+    log.error("not sending %s: %s", msg.type, exc)
+    return encode(error_for(exc))
+
+
 class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
@@ -118,10 +141,9 @@ class _Connection:
     async def send(self, msg: Message) -> bool:
         """Writes one message; False when the peer is gone."""
         try:
-            line = encode(msg)
+            line = encode(msg, MAX_ENGINE_LINE_BYTES)
         except LineTooLong as exc:
-            log.error("not sending %s: %s", msg.type, exc)
-            line = encode(error_for(exc))
+            line = _smaller(msg, exc)
         async with self._write_lock:
             if self.writer.is_closing():
                 return False

@@ -33,6 +33,7 @@ from klaw.gateway.channel import Channel, ChannelSendError, Incoming
 from klaw.gateway.logbook import LogBook
 from klaw.wire.loglines import inbound_line, outbound_line
 from klaw.wire.protocol import (
+    MAX_ENGINE_LINE_BYTES,
     Attachment,
     Command,
     Delivered,
@@ -321,7 +322,7 @@ class Gateway:
                 delay = min(delay * 2, self.timings.reconnect_max_s)
                 continue
             try:
-                lines = LineReader(reader)
+                lines = LineReader(reader, MAX_ENGINE_LINE_BYTES)
                 if await self._register(lines, writer):
                     delay = self.timings.reconnect_initial_s
                     await self._read(lines)
@@ -340,7 +341,7 @@ class Gateway:
         if line is None:
             return False
         try:
-            reply = decode(line)
+            reply = decode(line, MAX_ENGINE_LINE_BYTES)
         except ProtocolError as exc:
             log.error("engine sent a bad registration reply: %s", exc)
             return False
@@ -412,7 +413,7 @@ class Gateway:
             if not line.strip():
                 continue
             try:
-                msg = decode(line)
+                msg = decode(line, MAX_ENGINE_LINE_BYTES)
             except ProtocolError as exc:
                 log.warning("bad message from the engine: %s", exc)
                 continue

@@ -3,7 +3,11 @@
 Wire format: UTF-8 JSON objects separated by ``\\n``, discriminated by ``type``, field
 names in camelCase as in the design (``chatId``, ``replyTo``); snake_case names are
 accepted on input too, and unknown fields are ignored. ``content`` is also accepted
-as ``text``. A line may hold at most `MAX_LINE_BYTES` bytes (newline excluded).
+as ``text``. A line may hold at most `MAX_LINE_BYTES` bytes (newline excluded), except
+what the engine sends: up to `MAX_ENGINE_LINE_BYTES`, because an outbound carries its
+turn's tool rounds for the log (a 900 KB `file_write` escapes to 1.5 MB of JSON). A
+reader allocates that much only when such a line comes; the engine's own readers keep
+the small limit, so a client cannot make it hold 64 MiB per connection.
 
 Gateway ⇄ engine (the gateway's one persistent connection):
 
@@ -56,6 +60,7 @@ from pydantic.alias_generators import to_camel
 from klaw.errors import KlawError
 
 __all__ = [
+    "MAX_ENGINE_LINE_BYTES",
     "MAX_LINE_BYTES",
     "Attachment",
     "Command",
@@ -94,8 +99,10 @@ __all__ = [
     "new_id",
 ]
 
-#: The longest line either side accepts, newline excluded.
+#: The longest line the engine accepts (and clients send), newline excluded.
 MAX_LINE_BYTES: Final = 1024 * 1024
+#: The longest line the engine sends (an outbound with its tool rounds).
+MAX_ENGINE_LINE_BYTES: Final = 64 * 1024 * 1024
 
 
 def new_id() -> str:
@@ -400,13 +407,13 @@ _TYPES: Final = frozenset(
 )
 
 
-def encode(msg: BaseModel) -> bytes:
-    """One line of UTF-8 JSON ending in a newline; `LineTooLong` past `MAX_LINE_BYTES`."""
+def encode(msg: BaseModel, limit: int = MAX_LINE_BYTES) -> bytes:
+    """One line of UTF-8 JSON ending in a newline; `LineTooLong` past `limit` bytes."""
     line = msg.model_dump_json(by_alias=True).encode()
-    if len(line) > MAX_LINE_BYTES:
+    if len(line) > limit:
         raise LineTooLong(
             f"{msg.__class__.__name__} encodes to {len(line)} bytes, "
-            f"over the {MAX_LINE_BYTES}-byte line limit",
+            f"over the {limit}-byte line limit",
             getattr(msg, "id", None),
         )
     return line + b"\n"
@@ -417,11 +424,11 @@ def _ref(obj: dict[str, Any]) -> str | None:
     return ref if isinstance(ref, str) else None
 
 
-def decode(line: bytes) -> Message:
+def decode(line: bytes, limit: int = MAX_LINE_BYTES) -> Message:
     """Parses one line (trailing newline optional); raises a `ProtocolError` subclass."""
     body = line.rstrip(b"\r\n")
-    if len(body) > MAX_LINE_BYTES:
-        raise LineTooLong(f"line of {len(body)} bytes is over the {MAX_LINE_BYTES}-byte limit")
+    if len(body) > limit:
+        raise LineTooLong(f"line of {len(body)} bytes is over the {limit}-byte limit")
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
