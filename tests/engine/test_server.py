@@ -204,8 +204,24 @@ async def test_the_client_says_how_to_start_the_engine(klaw_home: KlawPaths) -> 
         (b"\xff\xff\n", ErrorCode.INVALID_JSON, None),
         (b'{"type":"x","pad":"' + b"a" * MAX_LINE_BYTES + b'"}\n', ErrorCode.LINE_TOO_LONG, None),
         (b'{"type":"shutdown"}\n', ErrorCode.UNEXPECTED, None),
+        (b'{"type":"status","id":"\\ud800"}\n', ErrorCode.INVALID_JSON, None),
+        (
+            b'{"type":"status","id":"x","a":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+            ErrorCode.INVALID_JSON,
+            None,
+        ),
     ],
-    ids=["json", "array", "unknown", "fields", "utf8", "oversized", "unexpected"],
+    ids=[
+        "json",
+        "array",
+        "unknown",
+        "fields",
+        "utf8",
+        "oversized",
+        "unexpected",
+        "lone-surrogate",
+        "deep-nesting",
+    ],
 )
 async def test_bad_lines_get_an_error_and_the_connection_lives_on(
     klaw_home: KlawPaths, line: bytes, code: str, ref: str | None
@@ -217,6 +233,52 @@ async def test_bad_lines_get_an_error_and_the_connection_lives_on(
         await p.send(Status(id="after"))
         ok = await p.recv()
         assert isinstance(ok, StatusResult) and ok.id == "after"
+
+
+async def test_an_escaped_surrogate_pair_is_fine(klaw_home: KlawPaths) -> None:
+    async with running(klaw_home), peer(klaw_home) as p:
+        await p.send(b'{"type":"status","id":"\\ud83d\\ude00"}\n')  # ensure_ascii emoji
+        ok = await p.recv()
+        assert isinstance(ok, StatusResult) and ok.id == "\U0001f600"
+
+
+async def test_clients_past_the_cap_are_refused_busy(klaw_home: KlawPaths) -> None:
+    """Finding 9: no client can hold all of the engine's fds."""
+
+    def tune(server: Any) -> None:
+        server.max_clients = 3
+
+    async with running(klaw_home, started=tune), peer(klaw_home) as a:
+        async with peer(klaw_home) as b, peer(klaw_home) as c:
+            for p in (b, c):  # all three are being served
+                await p.send(Status(id="s"))
+                assert isinstance(await p.recv(), StatusResult)
+            async with peer(klaw_home) as d:
+                busy = await d.recv()
+                assert isinstance(busy, Error) and busy.code == ErrorCode.BUSY
+        # b and c left: there is room again.
+        async with peer(klaw_home) as e:
+            await e.send(Status(id="e"))
+            assert isinstance(await e.recv(), StatusResult)
+        await a.send(Status(id="a"))
+        assert isinstance(await a.recv(), StatusResult)
+
+
+async def test_a_silent_client_is_closed_but_the_gateway_never(klaw_home: KlawPaths) -> None:
+    """Finding 9: an idle client is closed with `idle`; the registered gateway, which
+    is silent for hours between messages, is not."""
+
+    servers: list[Any] = []
+    async with running(klaw_home, started=servers.append), peer(klaw_home) as gateway:
+        await register(gateway, "telegram")
+        servers[0].idle_timeout_s = 0.05  # from now on: the gateway is registered already
+        async with peer(klaw_home) as quiet:
+            idle = await quiet.recv()
+            assert isinstance(idle, Error) and idle.code == ErrorCode.IDLE
+        async with peer(klaw_home) as late:
+            assert isinstance(await late.recv(), Error)  # it, too, said nothing
+        await gateway.send(Status(id="g"))  # silent all along, still served
+        assert isinstance(await gateway.recv(), StatusResult)
 
 
 async def test_inbound_before_register_is_refused(klaw_home: KlawPaths) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 from klaw import __version__
 from klaw.errors import InvalidInput, KlawError
 from klaw.paths import KlawPaths
+from klaw.wire.accept import AcceptLoop
 from klaw.wire.protocol import (
     MAX_ENGINE_LINE_BYTES,
     Command,
@@ -158,6 +159,10 @@ class _Connection:
         self.writer.close()
 
 
+MAX_CLIENTS = 64  # connections at once, the gateway's included
+IDLE_TIMEOUT_S = 60.0  # a client (not the gateway) silent this long is closed
+
+
 class EngineServer:
     def __init__(
         self,
@@ -173,10 +178,14 @@ class EngineServer:
         self.commands = list(commands or [])
         self.handler: InboundHandler = handler or NotImplementedHandler()
         self.shutdown_timeout = shutdown_timeout
+        # Clients besides the gateway (CLI requests) connect, ask and go: a cap and an
+        # idle timeout keep stuck or hostile ones from holding every fd.
+        self.max_clients = MAX_CLIENTS
+        self.idle_timeout_s = IDLE_TIMEOUT_S
         self.pid = os.getpid()
         self.started_at = datetime.now(UTC)
         self.t0 = time.monotonic()
-        self._server: asyncio.Server | None = None
+        self._server: AcceptLoop | None = None
         self._socket_ino: int | None = None
         self._conns: set[_Connection] = set()
         self._gateway: _Connection | None = None
@@ -226,7 +235,8 @@ class EngineServer:
             self._socket_ino = path.lstat().st_ino
             sock.listen(16)
             sock.setblocking(False)
-            self._server = await asyncio.start_unix_server(self._on_connect, sock=sock)
+            self._server = AcceptLoop(sock, self._on_connect, log)
+            self._server.start()
         except OSError as exc:
             sock.close()
             self._unlink_socket()
@@ -238,6 +248,13 @@ class EngineServer:
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = _Connection(reader, writer)
         if self._closing:
+            await self._finish(conn)
+            return
+        if len(self._conns) >= self.max_clients:
+            log.warning("refusing a connection: %d are open already", len(self._conns))
+            await conn.send(
+                Error(code=ErrorCode.BUSY, message="too many connections; try again later")
+            )
             await self._finish(conn)
             return
         conn.task = asyncio.current_task()
@@ -262,8 +279,14 @@ class EngineServer:
 
     async def _serve(self, conn: _Connection) -> None:
         while True:
+            idle = None if conn is self._gateway else self.idle_timeout_s
             try:
-                line = await conn.lines.readline()
+                line = await asyncio.wait_for(conn.lines.readline(), idle)
+            except TimeoutError:
+                await conn.send(
+                    Error(code=ErrorCode.IDLE, message=f"nothing sent for {idle:.0f} s; closing")
+                )
+                return
             except ProtocolError as exc:
                 log.warning("bad line: %s", exc)
                 await conn.send(error_for(exc))

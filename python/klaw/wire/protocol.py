@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal, TypeAlias
@@ -122,6 +123,8 @@ class ErrorCode:
     SHUTTING_DOWN: Final = "shutting_down"  # the engine is stopping: buffer and retry
     REPLACED: Final = "replaced"  # another gateway registered; this connection closes
     UNAVAILABLE: Final = "unavailable"  # e.g. the engine runs without memory
+    BUSY: Final = "busy"  # too many connections: try again later
+    IDLE: Final = "idle"  # a client connection sent nothing for too long
     BAD_REQUEST: Final = "bad_request"  # the request was well-formed but refused
     DUPLICATE: Final = "duplicate"  # already answered: nothing more will come for it
     REFUSED: Final = "refused"  # the gateway would not deliver (allowlist)
@@ -419,6 +422,27 @@ def encode(msg: BaseModel, limit: int = MAX_LINE_BYTES) -> bytes:
     return line + b"\n"
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _is_unicode(obj: Any) -> bool:
+    """True when every string in `obj` (keys too) is valid Unicode (no lone surrogate)."""
+    stack = [obj]
+    while stack:  # iterative: the depth was already bounded by json.loads
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
 def _ref(obj: dict[str, Any]) -> str | None:
     ref = obj.get("id")
     return ref if isinstance(ref, str) else None
@@ -437,6 +461,13 @@ def decode(line: bytes, limit: int = MAX_LINE_BYTES) -> Message:
         obj = json.loads(text)
     except ValueError as exc:
         raise InvalidJson(f"line is not valid JSON: {exc}") from None
+    except RecursionError:  # [[[[…: json.loads recurses per level
+        raise InvalidJson("line is not valid JSON: nested too deeply") from None
+    if _SURROGATE_ESCAPE.search(text) and not _is_unicode(obj):
+        # "\ud800" alone is valid JSON but not Unicode: it could be neither stored nor
+        # echoed back (UTF-8 refuses it). Escaped pairs (emoji from ensure_ascii
+        # encoders) are fine: json.loads joins them.
+        raise InvalidJson("line holds a lone UTF-16 surrogate escape: not valid Unicode")
     if not isinstance(obj, dict):
         raise InvalidMessage(f"expected a JSON object, got {type(obj).__name__}")
     kind = obj.get("type")
