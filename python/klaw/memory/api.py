@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from klaw import _core
 from klaw.errors import Cancelled, InvalidInput
+from klaw.memory.dbfile import check_db_file
 from klaw.memory.embedding import EmbeddingBackend, OllamaBackend, OnnxBackend
 from klaw.memory.hit import Hit
 from klaw.paths import KlawPaths
@@ -126,6 +127,7 @@ class Memory:
         cache = _core.EmbeddingCache(str(paths.embeddings_cache))
         threads = min(2, os.cpu_count() or 1)
         store: _core.Store | None = None
+        check_db_file(paths.db)
         try:
             store = _core.Store(str(paths.db), dim=backend.dim, threads=threads)
             recorded = store.meta_get("embedding_model")

@@ -7,6 +7,7 @@ from pathlib import Path
 from klaw import _core
 from klaw.errors import KlawError, StoreLocked
 from klaw.lock import EngineLock
+from klaw.memory.dbfile import check_db_file
 
 
 def check_store(db_path: Path, dim: int = 384, engine_lock: Path | None = None) -> list[str]:
@@ -23,6 +24,7 @@ def check_store(db_path: Path, dim: int = 384, engine_lock: Path | None = None) 
         except StoreLocked:
             return []
     try:
+        check_db_file(db_path)
         store = _core.Store(str(db_path), dim=dim)
     except KlawError as exc:
         return [f"{exc} — fix: stop the engine and run `klaw reindex`"]
