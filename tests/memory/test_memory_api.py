@@ -208,3 +208,23 @@ async def test_asearch_runs_off_the_loop(memory: Memory) -> None:
 
 def test_store_is_only_opened_through_core(memory: Memory) -> None:
     assert isinstance(memory.store, _core.Store)
+
+
+def test_a_memory_file_too_big_to_index_is_said_out_loud(
+    memory: Memory, klaw_home: KlawPaths, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Finding 10: a 50 MB memory/*.md used to be skipped without a word."""
+    notes = klaw_home.workspace / "memory"
+    notes.mkdir(exist_ok=True)
+    big = notes / "huge.md"
+    with big.open("wb") as f:  # sparse: 17 MiB on paper, nothing on disk
+        f.truncate(17 * 1024 * 1024)
+    (notes / "small.md").write_text("# Small\n\nThe spare key is under the mat.\n")
+    with caplog.at_level("WARNING", logger="klaw.memory"):
+        report = memory.index_workspace()
+    assert "memory/small.md" in report.indexed
+    (error,) = report.errors
+    assert "huge.md" in error and "not indexed" in error
+    assert any(
+        "not indexed" in r.getMessage() and "huge.md" in r.getMessage() for r in caplog.records
+    )
