@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ from klaw.gateway.logbook import LogBook
 from klaw.memory.jsonl import read_jsonl
 from klaw.paths import KlawPaths
 from klaw.wire.loglines import inbound_line, outbound_line
-from klaw.wire.protocol import Command, Inbound, LogLine, Outbound
+from klaw.wire.protocol import Command, Inbound, LogLine, Outbound, encode
 
 TS = datetime(2026, 2, 24, 14, 30, tzinfo=UTC)
 
@@ -60,6 +61,38 @@ def test_a_torn_buffer_line_is_skipped_and_the_rest_kept(tmp_path: Path) -> None
         data = f.read()
     path.write_bytes(data[:5] + b"\xff\xfe" + data[5:])  # and a corrupted first line
     assert [m.id for m in Buffer(path).pending()] == ["m2"]
+    # Nothing is lost: both bad lines are set aside for the owner, and left the buffer.
+    aside = path.with_name(path.name + ".bad").read_bytes().splitlines()
+    assert len(aside) == 2 and aside[1].endswith(b'"chan')
+    assert b'"m3"' not in path.read_bytes()
+
+
+def test_buffer_lines_carry_a_format_version(tmp_path: Path) -> None:
+    path = tmp_path / "gateway-buffer.jsonl"
+    Buffer(path).add(inbound(1))
+    (line,) = path.read_bytes().splitlines()
+    assert json.loads(line)["v"] == 1 and line.startswith(b'{"v":1,')
+
+
+def test_lines_from_before_versions_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "gateway-buffer.jsonl"
+    path.write_bytes(encode(inbound(1)))  # the unversioned format of earlier releases
+    assert [m.id for m in Buffer(path).pending()] == ["m1"]
+
+
+def test_a_line_of_a_newer_format_is_kept_and_not_sent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "gateway-buffer.jsonl"
+    future = b'{"v":2,"type":"inbound","id":"m9","shape":"unknown to this release"}'
+    buf = Buffer(path)
+    buf.add(inbound(1))
+    path.write_bytes(future + b"\n" + path.read_bytes())
+    again = Buffer(path)
+    assert [m.id for m in again.pending()] == ["m1"]
+    assert "newer than this Klaw" in caplog.text
+    again.settle(["m1"])  # a rewrite keeps it
+    assert path.read_bytes() == future + b"\n"
 
 
 # ---------------------------------------------------------------- logbook
