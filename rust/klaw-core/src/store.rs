@@ -97,16 +97,36 @@ pub struct FileState {
     pub size: i64,
 }
 
+/// Locking: the outer `RwLock<Option<Inner>>` is taken exclusively only by `close`;
+/// everything else shares it. Writes serialize on the writer connection; the in-memory
+/// vector index takes its own lock only for the short update after a commit, and
+/// tantivy locks itself. So a search never waits for a write transaction (WAL lets
+/// the reader connection see the last commit meanwhile), only for that short update.
 struct Inner {
     writer: Mutex<Connection>,
     reader: Mutex<Connection>,
-    vindex: VectorIndex,
-    sources: Vec<String>,
-    source_ids: HashMap<String, u32>,
+    mem: RwLock<MemIndex>,
     keyword: KeywordIndex,
 }
 
 impl Inner {
+    fn mem(&self) -> Result<std::sync::RwLockReadGuard<'_, MemIndex>> {
+        self.mem.read().map_err(|_| CoreError::Closed)
+    }
+
+    fn mem_mut(&self) -> Result<std::sync::RwLockWriteGuard<'_, MemIndex>> {
+        self.mem.write().map_err(|_| CoreError::Closed)
+    }
+}
+
+/// The int8 vector index with each chunk's date and source (interned).
+struct MemIndex {
+    vindex: VectorIndex,
+    sources: Vec<String>,
+    source_ids: HashMap<String, u32>,
+}
+
+impl MemIndex {
     fn intern(&mut self, source: &str) -> u32 {
         if let Some(&i) = self.source_ids.get(source) {
             return i;
@@ -204,9 +224,11 @@ impl Store {
         let mut inner = Inner {
             writer: Mutex::new(writer),
             reader: Mutex::new(reader),
-            vindex: VectorIndex::new(dim),
-            sources: Vec::new(),
-            source_ids: HashMap::new(),
+            mem: RwLock::new(MemIndex {
+                vindex: VectorIndex::new(dim),
+                sources: Vec::new(),
+                source_ids: HashMap::new(),
+            }),
             keyword,
         };
         Self::load(&mut inner, dim, path)?;
@@ -233,33 +255,32 @@ impl Store {
                 rows.push(r.map_err(|e| corrupt_or(e, path))?);
             }
         }
+        let mem = inner.mem.get_mut().map_err(|_| CoreError::Closed)?;
         {
             let w = inner.writer.get_mut().map_err(|_| CoreError::Closed)?;
-            let fast = load_vec_chunks(w, dim, &mut inner.vindex).unwrap_or(false);
-            if !fast || inner.vindex.len() != rows.len() {
+            let fast = load_vec_chunks(w, dim, &mut mem.vindex).unwrap_or(false);
+            if !fast || mem.vindex.len() != rows.len() {
                 // Rows without vectors cannot be searched by vector; they are rare
                 // (a crash between the two inserts) and reindex repairs them.
-                inner.vindex.clear();
+                mem.vindex.clear();
                 let mut st = w.prepare("SELECT rowid, embedding FROM vec_memory")?;
                 let mut q = st.query([])?;
                 while let Some(r) = q.next()? {
                     let id: i64 = r.get(0)?;
                     let blob: Vec<u8> = r.get(1)?;
                     if blob.len() == dim * 4 {
-                        inner.vindex.upsert(id, &bytes_f32(&blob));
+                        mem.vindex.upsert(id, &bytes_f32(&blob));
                     }
                 }
             }
         }
         for (id, source, created) in &rows {
-            let s = inner.intern(source);
-            inner
-                .vindex
-                .set_meta(*id, parse_iso(created).unwrap_or(0), s);
+            let s = mem.intern(source);
+            mem.vindex.set_meta(*id, parse_iso(created).unwrap_or(0), s);
         }
         let n_rows = rows.len();
         drop(rows);
-        inner.vindex.shrink_to_fit();
+        mem.vindex.shrink_to_fit();
         if inner.keyword.num_docs() != n_rows as u64 {
             let w = inner.writer.get_mut().map_err(|_| CoreError::Closed)?;
             let mut st = w.prepare("SELECT id, content FROM memory_chunks")?;
@@ -286,9 +307,13 @@ impl Store {
         f(g.as_ref().ok_or(CoreError::Closed)?)
     }
 
-    fn write<T>(&self, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
-        let mut g = self.inner.write().map_err(|_| CoreError::Closed)?;
-        f(g.as_mut().ok_or(CoreError::Closed)?)
+    /// Runs `f` with the writer connection: writes wait for each other, never for
+    /// searches (see `Inner`).
+    fn write<T>(&self, f: impl FnOnce(&Inner, &mut Connection) -> Result<T>) -> Result<T> {
+        let g = self.inner.read().map_err(|_| CoreError::Closed)?;
+        let inner = g.as_ref().ok_or(CoreError::Closed)?;
+        let mut conn = inner.writer.lock().map_err(|_| CoreError::Closed)?;
+        f(inner, &mut conn)
     }
 
     /// Closes the connections; later calls fail with `Closed`.
@@ -365,7 +390,7 @@ impl Store {
 
     #[allow(clippy::too_many_arguments)]
     fn after_insert(
-        inner: &mut Inner,
+        inner: &Inner,
         ids: &[i64],
         removed: &[i64],
         source: &str,
@@ -374,15 +399,17 @@ impl Store {
         vectors: &[f32],
         dim: usize,
     ) -> Result<()> {
-        for r in removed {
-            inner.vindex.remove(*r);
-        }
-        let s = inner.intern(source);
-        let created = parse_iso(created_at).unwrap_or(0);
-        for (i, id) in ids.iter().enumerate() {
-            inner
-                .vindex
-                .upsert_meta(*id, &vectors[i * dim..(i + 1) * dim], created, s);
+        {
+            let mut mem = inner.mem_mut()?;
+            for r in removed {
+                mem.vindex.remove(*r);
+            }
+            let s = mem.intern(source);
+            let created = parse_iso(created_at).unwrap_or(0);
+            for (i, id) in ids.iter().enumerate() {
+                mem.vindex
+                    .upsert_meta(*id, &vectors[i * dim..(i + 1) * dim], created, s);
+            }
         }
         let add: Vec<(i64, &str)> = ids
             .iter()
@@ -408,12 +435,8 @@ impl Store {
             )));
         }
         let dim = self.dim;
-        self.write(|inner| {
-            let tx = inner
-                .writer
-                .get_mut()
-                .map_err(|_| CoreError::Closed)?
-                .transaction()?;
+        self.write(|inner, conn| {
+            let tx = conn.transaction()?;
             let ids =
                 Self::insert_chunks(&tx, dim, source, chat_id, created_at, None, chunks, vectors)?;
             tx.commit()?;
@@ -454,8 +477,8 @@ impl Store {
         self.check_vectors(chunks.len(), vectors)?;
         let dim = self.dim;
         let now = crate::timeutil::format_iso(crate::timeutil::now_secs());
-        self.write(|inner| {
-            let tx = inner.writer.get_mut().map_err(|_| CoreError::Closed)?.transaction()?;
+        self.write(|inner, conn| {
+            let tx = conn.transaction()?;
             let removed = Self::delete_file_rows(&tx, path)?;
             tx.execute(
                 "INSERT INTO files(path, source, hash, mtime, size, indexed_at) VALUES (?1,?2,?3,?4,?5,?6)",
@@ -487,16 +510,15 @@ impl Store {
 
     /// Forgets a file that was deleted from the workspace. Returns chunks removed.
     pub fn remove_file(&self, path: &str) -> Result<usize> {
-        self.write(|inner| {
-            let tx = inner
-                .writer
-                .get_mut()
-                .map_err(|_| CoreError::Closed)?
-                .transaction()?;
+        self.write(|inner, conn| {
+            let tx = conn.transaction()?;
             let removed = Self::delete_file_rows(&tx, path)?;
             tx.commit()?;
-            for r in &removed {
-                inner.vindex.remove(*r);
+            {
+                let mut mem = inner.mem_mut()?;
+                for r in &removed {
+                    mem.vindex.remove(*r);
+                }
             }
             inner.keyword.apply(&[], &removed)?;
             Ok(removed.len())
@@ -526,13 +548,13 @@ impl Store {
     }
 
     pub fn count_chunks(&self) -> Result<usize> {
-        self.read(|inner| Ok(inner.vindex.len()))
+        self.read(|inner| Ok(inner.mem()?.vindex.len()))
     }
 
-    fn source_filter(inner: &Inner, f: &Filter) -> Option<u32> {
+    fn source_filter(mem: &MemIndex, f: &Filter) -> Option<u32> {
         f.source
             .as_ref()
-            .and_then(|s| inner.source_ids.get(s).copied())
+            .and_then(|s| mem.source_ids.get(s).copied())
     }
 
     fn vector_ids(
@@ -549,15 +571,17 @@ impl Store {
                 self.dim
             )));
         }
-        let src = Self::source_filter(inner, f);
-        if f.source.is_some() && src.is_none() {
-            return Ok(Vec::new());
-        }
-        let allow = |id: i64| f.is_empty() || inner.allows(id, f, src);
-        // int8 candidates, then exact float rescoring from vec_memory.
-        let cands = inner
-            .vindex
-            .search(query, (k * 4).max(40), self.threads, &allow);
+        let cands = {
+            let mem = inner.mem()?;
+            let src = Self::source_filter(&mem, f);
+            if f.source.is_some() && src.is_none() {
+                return Ok(Vec::new());
+            }
+            let allow = |id: i64| f.is_empty() || mem.allows(id, f, src);
+            // int8 candidates, then exact float rescoring from vec_memory.
+            mem.vindex
+                .search(query, (k * 4).max(40), self.threads, &allow)
+        };
         let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
         let mut exact = Vec::with_capacity(cands.len());
         let mut buf = vec![0u8; self.dim * 4];
@@ -575,7 +599,7 @@ impl Store {
         if f.is_empty() {
             return inner.keyword.search(text, k);
         }
-        let src = Self::source_filter(inner, f);
+        let src = Self::source_filter(&*inner.mem()?, f);
         if f.source.is_some() && src.is_none() {
             return Ok(Vec::new());
         }
@@ -584,10 +608,12 @@ impl Store {
         loop {
             let got = inner.keyword.search(text, want)?;
             let full = got.len() < want;
+            let mem = inner.mem()?;
             let kept: Vec<_> = got
                 .into_iter()
-                .filter(|(id, _)| inner.allows(*id, f, src))
+                .filter(|(id, _)| mem.allows(*id, f, src))
                 .collect();
+            drop(mem);
             if kept.len() >= k || full || want > 100_000 {
                 return Ok(kept.into_iter().take(k).collect());
             }
@@ -683,8 +709,8 @@ impl Store {
     /// Inserts messages; an id already present is skipped (redelivery is harmless).
     /// Returns how many were new.
     pub fn insert_messages(&self, rows: &[MessageRow]) -> Result<usize> {
-        self.write(|inner| {
-            let tx = inner.writer.get_mut().map_err(|_| CoreError::Closed)?.transaction()?;
+        self.write(|_inner, conn| {
+            let tx = conn.transaction()?;
             let mut n = 0;
             {
                 let mut st = tx.prepare_cached(
@@ -757,8 +783,8 @@ impl Store {
         segment_start: &str,
         created_at: &str,
     ) -> Result<()> {
-        self.write(|inner| {
-            inner.writer.get_mut().map_err(|_| CoreError::Closed)?.execute(
+        self.write(|_inner, conn| {
+            conn.execute(
                 "INSERT INTO sessions(chat_id, model, segment_start, created_at) VALUES (?1,?2,?3,?4) \
                  ON CONFLICT(chat_id) DO UPDATE SET model = excluded.model, segment_start = excluded.segment_start",
                 params![chat_id, model, segment_start, created_at],
@@ -787,8 +813,8 @@ impl Store {
         file_path: &str,
         created_at: &str,
     ) -> Result<()> {
-        self.write(|inner| {
-            inner.writer.get_mut().map_err(|_| CoreError::Closed)?.execute(
+        self.write(|_inner, conn| {
+            conn.execute(
                 "INSERT OR REPLACE INTO summaries(chat_id, from_message_id, to_message_id, file_path, created_at) \
                  VALUES (?1,?2,?3,?4,?5)",
                 params![chat_id, from_id, to_id, file_path, created_at],
@@ -808,15 +834,11 @@ impl Store {
     }
 
     pub fn meta_set(&self, key: &str, value: &str) -> Result<()> {
-        self.write(|inner| {
-            inner
-                .writer
-                .get_mut()
-                .map_err(|_| CoreError::Closed)?
-                .execute(
-                    "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
-                    params![key, value],
-                )?;
+        self.write(|_inner, conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+                params![key, value],
+            )?;
             Ok(())
         })
     }
@@ -840,7 +862,7 @@ impl Store {
                 ));
             }
             out.push(("keyword_docs".into(), inner.keyword.num_docs() as i64));
-            out.push(("vectors".into(), inner.vindex.len() as i64));
+            out.push(("vectors".into(), inner.mem()?.vindex.len() as i64));
             Ok(out)
         })
     }
@@ -987,4 +1009,76 @@ pub fn fts5_or_query(text: &str) -> String {
         .map(|w| format!("\"{w}\""))
         .collect::<Vec<_>>()
         .join(" OR ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn chunk(text: &str) -> NewChunk {
+        NewChunk {
+            content: text.into(),
+            start_line: None,
+            end_line: None,
+            heading: None,
+            chunk_hash: text.into(),
+        }
+    }
+
+    /// A search, a keyword search and a read of `meta` finish while another thread is
+    /// inside a write transaction (before the split, every write held the store-wide
+    /// exclusive guard and they waited for it). Driven by channels, not by time: the
+    /// timeout only turns a deadlock into a failure.
+    #[test]
+    fn searches_do_not_wait_for_a_write_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("klaw.db"), 4, 1).unwrap());
+        let v = [1.0f32, 0.0, 0.0, 0.0];
+        store
+            .add_chunks(
+                "memory",
+                None,
+                "2026-01-01T00:00:00Z",
+                &[chunk("boiler code 4471")],
+                &v,
+            )
+            .unwrap();
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let writer = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                store
+                    .write(|_inner, conn| {
+                        let tx = conn.transaction()?;
+                        tx.execute("INSERT INTO meta(key, value) VALUES ('held', '1')", [])?;
+                        entered_tx.send(()).unwrap();
+                        release_rx.recv().unwrap(); // the transaction stays open until told
+                        tx.commit()?;
+                        Ok(())
+                    })
+                    .unwrap();
+            })
+        };
+        entered.recv().unwrap();
+        let (done_tx, done) = mpsc::channel();
+        {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let f = Filter::default();
+                let hits = store.vector_search(&v, 5, &f).unwrap();
+                let words = store.keyword_search("boiler", 5, &f).unwrap();
+                let held = store.meta_get("held").unwrap(); // not committed yet
+                done_tx.send((hits.len(), words.len(), held)).unwrap();
+            });
+        }
+        let got = done.recv_timeout(Duration::from_mins(1));
+        release.send(()).unwrap();
+        writer.join().unwrap();
+        assert_eq!(got.expect("searches waited for the write"), (1, 1, None));
+        assert_eq!(store.meta_get("held").unwrap().as_deref(), Some("1"));
+    }
 }

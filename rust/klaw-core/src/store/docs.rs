@@ -55,12 +55,8 @@ impl Store {
             )));
         }
         let dim = self.dim;
-        self.write(|inner| {
-            let tx = inner
-                .writer
-                .get_mut()
-                .map_err(|_| CoreError::Closed)?
-                .transaction()?;
+        self.write(|_inner, conn| {
+            let tx = conn.transaction()?;
             tx.execute_batch("DELETE FROM vec_docs; DELETE FROM doc_chunks;")?;
             {
                 let mut ins = tx.prepare(
