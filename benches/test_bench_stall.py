@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from smoke import scaled
 
 from klaw.config import load_engine_config
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
 from klaw.wire.loglines import inbound_line, line_row
 from klaw.wire.protocol import Inbound
+from smoke import scaled
 
 GROUP = "loop-stall"
 SIZE = scaled(5 * 1024 * 1024, 128 * 1024)
@@ -43,8 +43,7 @@ def markdown(size: int, tag: str) -> str:
     while total < size:
         p = (
             f"## Day {i} ({tag})\n\nMeter {i * 37 % 9973} kWh, boiler note {i * 7919 % 104729}, "
-            f"room {i % 17}, remark {tag}-{i}. " * 4
-            + "\n\n"
+            f"room {i % 17}, remark {tag}-{i}. " * 4 + "\n\n"
         )
         parts.append(p)
         total += len(p)
@@ -62,9 +61,7 @@ def memory(tmp_path: Path, backend: Any) -> Any:
         workspace=tmp_path / "workspace",
     )
     (paths.workspace / "memory").mkdir(parents=True)
-    mem = Memory.open(
-        paths=paths, config=load_engine_config(Path("/nonexistent")), backend=backend
-    )
+    mem = Memory.open(paths=paths, config=load_engine_config(Path("/nonexistent")), backend=backend)
     yield mem
     mem.close()
 
