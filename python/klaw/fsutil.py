@@ -62,6 +62,21 @@ def _fill(fd: int, payload: bytes, mode: int) -> None:
     os.fsync(fd)
 
 
+def _temp_with(target: Path, data: bytes | str, mode: int) -> Path:
+    """A fresh, fsynced temp file beside `target` holding `data` (str as UTF-8)."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = temp_path(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        _fill(fd, payload, mode)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return tmp
+
+
 def atomic_write(
     path: Path | str,
     data: bytes | str,
@@ -77,14 +92,8 @@ def atomic_write(
     target = Path(path)
     if mkdir:
         target.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    tmp = temp_path(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    tmp = _temp_with(target, data, mode)
     try:
-        try:
-            _fill(fd, payload, mode)
-        finally:
-            os.close(fd)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -100,14 +109,8 @@ def create_exclusive(path: Path | str, data: bytes | str, *, mode: int = 0o600) 
     so a reader or a racing process never sees it half-written.
     """
     target = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    tmp = temp_path(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    tmp = _temp_with(target, data, mode)
     try:
-        try:
-            _fill(fd, payload, mode)
-        finally:
-            os.close(fd)
         os.link(tmp, target)
     except FileExistsError:
         return False
