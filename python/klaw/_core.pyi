@@ -257,3 +257,29 @@ def rebuild_messages(
     default_model: str = ...,
     progress: bool = False,
 ) -> dict[str, Any]: ...
+
+@final
+class RecordLine:
+    """One valid conversation-log line, normalised: an integer id as its text,
+    structured content as its JSON text, `meta` as the object's JSON text."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def ts(self) -> str: ...
+    @property
+    def ts_us(self) -> int: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def kind(self) -> str | None: ...
+    @property
+    def meta(self) -> str | None: ...
+
+def check_log_line(raw: bytes) -> RecordLine | str:
+    """The line (with or without its newline) as a RecordLine, or why it is skipped."""
+
+def parse_record_ts(ts: str) -> int | None:
+    """A record timestamp (ISO 8601 with a time zone) as Unix microseconds."""

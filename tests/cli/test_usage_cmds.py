@@ -297,7 +297,7 @@ def test_torn_last_line_and_invalid_utf8_are_counted_in_footer(home: KlawPaths) 
         "skipped 3 unusable lines in 2 files: 1 invalid UTF-8, 1 not a JSON object, "
         "1 torn last line"
     )
-    assert f"  discord_2/{day(1)}.jsonl:1: not a JSON object (list)" in footer
+    assert f"  discord_2/{day(1)}.jsonl:1: not a JSON object (array)" in footer
     assert f"  {name}:2: invalid UTF-8" in footer
     assert any(line.startswith(f"  {name}:5: torn last line") for line in footer)
 

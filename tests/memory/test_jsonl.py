@@ -207,7 +207,7 @@ def test_reader_reports_each_kind_of_bad_line(tmp_path: Path) -> None:
     assert reasons[4] == "missing required field 'content'"
     assert reasons[5] == "invalid UTF-8"
     assert reasons[6] == "blank line"
-    assert reasons[7] == "unparseable 'ts'"
+    assert reasons[7] == "unparseable 'ts': \"not a time\""
     assert "torn last line" in reasons[9]
     assert sorted(reasons) == [2, 3, 4, 5, 6, 7, 9]
 

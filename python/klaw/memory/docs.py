@@ -8,7 +8,7 @@ Where the docs come from (`DocSource.default()`):
    see rust/klaw-py/src/docs.rs), which every wheel and sdist build carries.
 
 `ensure_docs_indexed(memory)` chunks the docs with the memory chunker, embeds them
-through the embedding cache and replaces `doc_chunks` / `vec_docs` / `docs_fts` in
+through the embedding cache and replaces `doc_chunks` / `vec_docs` in
 one transaction, recording a stamp (Klaw version, embedding model, chunking, content
 hash) in `meta` in that same transaction. When the stamp is unchanged it only reads
 the files and returns. It is blocking and thread-safe; the engine runs it at start

@@ -9,7 +9,9 @@ the day taken from the record's ``ts``. A line is one JSON object::
 ``type`` is omitted for ordinary messages. The files are the source of truth; klaw.db
 is an index rebuilt from them, so readers here are tolerant: a torn last line (power
 cut), a garbage line, a non-object, a line missing required fields or with invalid
-UTF-8 is skipped and reported, never fatal.
+UTF-8 is skipped and reported, never fatal. Which lines are messages is decided by
+one validator in Rust (``klaw_core::record``), the same ``klaw reindex`` applies: an
+integer ``id`` is read as its text and structured ``content`` as its JSON text.
 
 Writer policy (``JsonlWriter``): every line goes out in one ``os.write`` on an
 ``O_APPEND`` descriptor (under ``flock``), then ``fsync`` (``fsync="always"``, the
@@ -28,17 +30,17 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from klaw._core import check_log_line
 from klaw.errors import InvalidInput
+from klaw.fsutil import fsync_dir
 from klaw.wire.record import (
     REQUIRED_FIELDS,
     ROLES,
     TYPES,
     Record,
-    _parse_ts,
     encode_record,
     new_message_id,
     validate_chat_id,
@@ -70,14 +72,6 @@ _DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.jsonl$")
 
 def _as_record(record: Record | Mapping[str, Any]) -> Record:
     return record if isinstance(record, Record) else Record.from_dict(record)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class JsonlWriter:
@@ -156,9 +150,9 @@ class JsonlWriter:
         finally:
             os.close(fd)
         if self.fsync == "always" and (new_dir or size == 0):
-            _fsync_dir(chat_dir)
+            fsync_dir(chat_dir)
             if new_dir:
-                _fsync_dir(chat_dir.parent)
+                fsync_dir(chat_dir.parent)
 
 
 # --------------------------------------------------------------------------- reading
@@ -185,44 +179,32 @@ class JsonlRead:
 OnSkip = Callable[[SkippedLine], None]
 
 
-def _check_line(raw: bytes, last_without_newline: bool) -> dict[str, Any] | str:
-    """The record in ``raw``, or the reason it is skipped."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return "invalid UTF-8"
-    if not text.strip():
-        return "blank line"
-    try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        if last_without_newline:
-            return "torn last line (no trailing newline, invalid JSON)"
-        return f"invalid JSON: {exc}"
-    if not isinstance(obj, dict):
-        return f"not a JSON object ({type(obj).__name__})"
-    for name in REQUIRED_FIELDS:
-        if name not in obj:
-            return f"missing required field {name!r}"
-        if not isinstance(obj[name], str):
-            return f"field {name!r} is not a string"
-    if not obj["id"]:
-        return "empty 'id'"
-    meta = obj.get("meta")
-    if meta is not None and not isinstance(meta, dict):
-        return "field 'meta' is not an object"
-    if not isinstance(obj.get("type"), str | None):
-        return "field 'type' is not a string or null"
-    try:
-        _parse_ts(obj["ts"])
-    except ValueError:
-        return "unparseable 'ts'"
-    return obj
+def _check_line(raw: bytes) -> tuple[int, dict[str, Any]] | str:
+    """``(ts_us, record)`` for the line in ``raw``, or the reason it is skipped.
+
+    The rules are Rust's (``klaw_core::record``), the same ``klaw reindex`` applies, so
+    every reader agrees on which lines are messages. ``raw`` keeps its newline: a line
+    without one that fails is reported as a torn last line.
+    """
+    line = check_log_line(raw)
+    if isinstance(line, str):
+        return line
+    record: dict[str, Any] = {
+        "id": line.id,
+        "ts": line.ts,
+        "role": line.role,
+        "content": line.content,
+    }
+    if line.kind is not None:
+        record["type"] = line.kind
+    # Rust checked that meta is a JSON object; Python's parser accepts all such text.
+    record["meta"] = {} if line.meta is None else json.loads(line.meta)
+    return line.ts_us, record
 
 
 def _iter_lines(
     path: Path, on_skip: OnSkip | None, end: int | None
-) -> Iterator[tuple[int, dict[str, Any]]]:
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
     with open(path, "rb") as fh:
         remaining = end
         line_no = 0
@@ -237,13 +219,12 @@ def _iter_lines(
             if not raw:
                 break
             line_no += 1
-            torn = not raw.endswith(b"\n")
-            result = _check_line(raw, torn)
+            result = _check_line(raw)
             if isinstance(result, str):
                 if on_skip is not None:
                     on_skip(SkippedLine(path, line_no, result))
                 continue
-            yield line_no, result
+            yield line_no, result[0], result[1]
 
 
 def iter_jsonl(path: Path, on_skip: OnSkip | None = None) -> Iterator[dict[str, Any]]:
@@ -254,7 +235,7 @@ def iter_jsonl(path: Path, on_skip: OnSkip | None = None) -> Iterator[dict[str, 
     without a newline is accepted if it is a complete record (the cut fell exactly
     before the newline), else reported as torn.
     """
-    for _, record in _iter_lines(Path(path), on_skip, None):
+    for _, _, record in _iter_lines(Path(path), on_skip, None):
         yield record
 
 
@@ -313,15 +294,11 @@ class LogEntry(NamedTuple):
     path: Path
     line_no: int
     record: dict[str, Any]
+    ts_us: int  # record["ts"] as Unix microseconds, for ordering across time zones
 
 
-def _sort_key(entry: LogEntry) -> tuple[datetime, str, str, int]:
-    return (
-        _parse_ts(entry.record["ts"]).astimezone(UTC),
-        entry.path.stem,
-        entry.chat_id,
-        entry.line_no,
-    )
+def _sort_key(entry: LogEntry) -> tuple[int, str, str, int]:
+    return (entry.ts_us, entry.path.stem, entry.chat_id, entry.line_no)
 
 
 def tail_records(
@@ -348,8 +325,8 @@ def tail_records(
         for chat, path in by_day[day]:
             end = None if upto is None else upto.get(path, 0)
             last: deque[LogEntry] = deque(maxlen=n)
-            for line_no, record in _iter_lines(path, on_skip, end):
-                last.append(LogEntry(chat, path, line_no, record))
+            for line_no, ts_us, record in _iter_lines(path, on_skip, end):
+                last.append(LogEntry(chat, path, line_no, record, ts_us))
             found.extend(last)
         # Files are named by the UTC day of their records, so once n records are in
         # hand from this day or later, nothing older can be among the last n.
@@ -403,12 +380,12 @@ class JsonlTailer:
             # split on b"\n" only, like readline(): bytes.splitlines would also cut at \r
             for raw in chunk[:cut].split(b"\n")[:-1]:
                 line_no += 1
-                result = _check_line(raw, False)
+                result = _check_line(raw + b"\n")
                 if isinstance(result, str):
                     if on_skip is not None:
                         on_skip(SkippedLine(path, line_no, result))
                     continue
-                out.append(LogEntry(chat, path, line_no, result))
+                out.append(LogEntry(chat, path, line_no, result[1], result[0]))
             self._offsets[path] = offset + cut
             self._line_nos[path] = line_no
         out.sort(key=_sort_key)

@@ -17,6 +17,9 @@ from klaw.memory.api import IndexReport, Memory
 
 log = logging.getLogger("klaw.memory.watch")
 
+# How often the watch wakes when nothing changes; the first wake-up starts indexing.
+_WATCH_POLL_MS = 500
+
 
 class MemoryWatcher:
     def __init__(
@@ -43,36 +46,41 @@ class MemoryWatcher:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Watches until `stop` is set. Indexes once at start so nothing is missed."""
+        """Watches until `stop` is set. Indexes once the watch is in place, so a change
+        made at any moment after `run` starts is seen (by that pass or by the watch)."""
         from watchfiles import awatch
 
         ws = self.memory.paths.workspace
         ws.mkdir(parents=True, exist_ok=True)
-        try:
-            report = await asyncio.to_thread(self.memory.index_workspace)
-        except Cancelled:
-            log.info("indexing cancelled: memory is closing")
-            return
-        if self.on_indexed:
-            self.on_indexed(report)
+        # awatch installs its inotify watch before it first waits; the first thing it
+        # yields (an empty set after a short timeout, or changes) proves the watch is
+        # live. Indexing before that would miss a file written in between.
         watcher = awatch(
             ws,
             stop_event=stop,
             debounce=self.debounce_ms,
             step=50,
             watch_filter=lambda _change, path: self._relevant(path),
-            yield_on_timeout=False,
+            rust_timeout=_WATCH_POLL_MS,
+            yield_on_timeout=True,
         )
-        self.ready.set()
+        first = True
         async for changes in watcher:
-            log.info("workspace memory changed (%d paths); re-indexing", len(changes))
+            if not changes and not first:
+                continue  # the periodic timeout tick
+            if first:
+                first = False
+            else:
+                log.info("workspace memory changed (%d paths); re-indexing", len(changes))
             try:
                 report = await asyncio.to_thread(self.memory.index_workspace)
             except Cancelled:
-                log.info("re-indexing cancelled: memory is closing")
+                log.info("indexing cancelled: memory is closing")
                 return
             except Exception:  # a bad file must not kill the watcher
-                log.exception("re-indexing the workspace failed")
+                log.exception("indexing the workspace failed")
                 continue
+            finally:
+                self.ready.set()
             if self.on_indexed:
                 self.on_indexed(report)

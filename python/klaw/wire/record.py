@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from klaw._core import parse_record_ts
 from klaw.errors import InvalidInput
 
 __all__ = [
@@ -51,12 +52,16 @@ REQUIRED_FIELDS = ("id", "ts", "role", "content")
 _LINE_SEPARATORS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _parse_ts(ts: str) -> datetime:
-    """Parse an ISO 8601 timestamp; it must carry a timezone (we store UTC with Z)."""
-    parsed = datetime.fromisoformat(ts)
-    if parsed.tzinfo is None:
-        raise ValueError("timestamp has no timezone (expected UTC, e.g. ...T14:30:00Z)")
-    return parsed
+    """Parse a record timestamp by the readers' own rule (``klaw_core::record``), so a
+    record written here is never skipped when read: ISO 8601 with a time zone."""
+    micros = parse_record_ts(ts) if isinstance(ts, str) else None
+    if micros is None:
+        raise ValueError(f"{ts!r} is not ISO 8601 with a time zone (e.g. ...T14:30:00Z)")
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 def _utc_now_iso() -> str:

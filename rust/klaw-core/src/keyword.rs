@@ -70,6 +70,28 @@ impl KeywordIndex {
         })
     }
 
+    /// A throwaway index in memory (the docs: a few hundred chunks, rebuilt from
+    /// klaw.db when first searched).
+    pub fn in_ram() -> Result<Self> {
+        let (schema, id, text) = schema();
+        let index = Index::create_in_ram(schema);
+        index.tokenizers().register(
+            TOKENIZER,
+            TextAnalyzer::from(WhitespaceTokenizer::default()),
+        );
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(KeywordIndex {
+            index,
+            reader,
+            id,
+            text,
+            dir: PathBuf::new(),
+        })
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

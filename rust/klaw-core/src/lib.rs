@@ -7,6 +7,7 @@ pub mod embcache;
 pub mod embed;
 pub mod error;
 pub mod keyword;
+pub mod record;
 pub mod reindex;
 pub mod schema;
 pub mod search;

@@ -8,7 +8,6 @@ use crate::store::MessageRow;
 use crate::timeutil::parse_iso;
 use rusqlite::{params, Connection};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -34,37 +33,11 @@ pub struct ReindexStats {
 }
 
 #[derive(Deserialize)]
-struct Line<'a> {
-    #[serde(borrow)]
-    id: &'a RawValue,
-    ts: String,
-    role: String,
-    #[serde(borrow)]
-    content: &'a RawValue,
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    // Kept as raw JSON text: stored as is, never re-serialised.
-    #[serde(default, borrow)]
-    meta: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
 struct MetaFields {
     #[serde(default)]
     channel: Option<String>,
     #[serde(default)]
     model: Option<String>,
-}
-
-const ROLES: [&str; 4] = ["user", "assistant", "system", "tool"];
-
-fn raw_string(v: &RawValue) -> Option<String> {
-    let t = v.get();
-    if t.starts_with('"') {
-        serde_json::from_str::<String>(t).ok()
-    } else {
-        None
-    }
 }
 
 /// Parses one JSONL line into a message of `chat_id`, or says why not.
@@ -73,42 +46,14 @@ pub fn parse_line(raw: &[u8], chat_id: &str) -> std::result::Result<MessageRow, 
 }
 
 /// Like `parse_line`, also returning `meta.model` (for session rebuilding).
+/// The rules are `record::check_line`'s, shared with every Python reader.
 fn parse_line_meta(
     raw: &[u8],
     chat_id: &str,
 ) -> std::result::Result<(MessageRow, Option<String>), String> {
-    let text = std::str::from_utf8(raw).map_err(|_| "invalid UTF-8".to_string())?;
-    let text = text.trim_end_matches(['\n', '\r']);
-    if text.trim().is_empty() {
-        return Err("empty line".into());
-    }
-    let l: Line<'_> = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
-    let id = match raw_string(l.id) {
-        Some(s) if !s.is_empty() => s,
-        Some(_) => return Err("missing id".into()),
-        None => {
-            let t = l.id.get();
-            if t.bytes().all(|b| b.is_ascii_digit() || b == b'-') && !t.is_empty() {
-                t.to_string()
-            } else {
-                return Err("missing id".into());
-            }
-        }
-    };
-    if parse_iso(&l.ts).is_none() {
-        return Err(format!("bad ts {:?}", l.ts));
-    }
-    if !ROLES.contains(&l.role.as_str()) {
-        return Err(format!("unknown role {:?}", l.role));
-    }
-    let content = match l.content.get() {
-        "null" => String::new(),
-        t if t.starts_with('"') => raw_string(l.content).ok_or("invalid content string")?,
-        // Structured content (tool results) is kept as its JSON text.
-        t => t.to_string(),
-    };
-    let (channel, model) = match l.meta {
-        Some(m) => match serde_json::from_str::<MetaFields>(m.get()) {
+    let l = crate::record::check_line(raw)?;
+    let (channel, model) = match &l.meta {
+        Some(m) => match serde_json::from_str::<MetaFields>(m) {
             Ok(f) => (f.channel, f.model),
             Err(_) => (None, None),
         },
@@ -118,13 +63,13 @@ fn parse_line_meta(
         channel.unwrap_or_else(|| chat_id.split('_').next().unwrap_or(chat_id).to_string());
     Ok((
         MessageRow {
-            id,
+            id: l.id,
             channel,
             chat_id: chat_id.to_string(),
             role: l.role,
             kind: l.kind,
-            content,
-            metadata: l.meta.map(|m| m.get().to_string()),
+            content: l.content,
+            metadata: l.meta,
             created_at: l.ts,
         },
         model,
@@ -243,15 +188,10 @@ fn parse_files(
                     rows.push(m);
                 }
                 Err(reason) => {
-                    let torn = if buf.last() == Some(&b'\n') {
-                        ""
-                    } else {
-                        " (torn last line)"
-                    };
                     let s = Skipped {
                         path: path.display().to_string(),
                         line: line_no,
-                        reason: reason + torn,
+                        reason,
                     };
                     if tx.send(Batch::Skip(s)).is_err() {
                         return Ok(sessions);
@@ -587,8 +527,8 @@ mod tests {
         );
         assert!(parse_line(b"{\"id\":\"m1\",\"ts\":\"2026", "c")
             .unwrap_err()
-            .starts_with("invalid JSON"));
-        assert_eq!(parse_line(b"\xff\xfe", "c").unwrap_err(), "invalid UTF-8");
+            .starts_with("torn last line (no newline): invalid JSON"));
+        assert_eq!(parse_line(b"\xff\xfe\n", "c").unwrap_err(), "invalid UTF-8");
         let bad_role = br#"{"id":"m1","ts":"2026-02-24T14:30:00Z","role":"robot","content":"x"}"#;
         assert!(parse_line(bad_role, "c").is_err());
         let obj = br#"{"id":2,"ts":"2026-02-24T14:30:00Z","role":"tool","content":{"a":1}}"#;

@@ -23,6 +23,45 @@ impl Default for FusionParams {
     }
 }
 
+/// The hybrid search every index uses (archival memory and the docs): int8 vector
+/// candidates rescored exactly, BM25 candidates from tantivy, fused by weighted RRF.
+/// `vector` and `keyword` each return up to `want` (id, score) best first.
+pub fn hybrid(
+    vector: impl FnOnce(usize) -> crate::Result<Vec<(i64, f32)>>,
+    keyword: impl FnOnce(usize) -> crate::Result<Vec<(i64, f32)>>,
+    p: &FusionParams,
+    top_k: usize,
+) -> crate::Result<Vec<(i64, f64)>> {
+    if top_k == 0 {
+        return Ok(Vec::new());
+    }
+    let want = p.candidates.max(top_k);
+    let v = vector(want)?;
+    let k = keyword(want)?;
+    Ok(rrf(&v, &k, p, top_k))
+}
+
+/// Rescores int8 candidates with exact float dot products (`exact` gives a vector's
+/// cosine, or None to keep the approximate score), best first, `k` kept.
+pub fn rescore(
+    cands: Vec<(i64, f32)>,
+    k: usize,
+    mut exact: impl FnMut(i64) -> crate::Result<Option<f32>>,
+) -> crate::Result<Vec<(i64, f32)>> {
+    let mut out = Vec::with_capacity(cands.len());
+    for (id, approx) in cands {
+        out.push((id, exact(id)?.unwrap_or(approx)));
+    }
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out.truncate(k);
+    Ok(out)
+}
+
+/// How many int8 candidates to rescore for `k` results.
+pub fn int8_candidates(k: usize) -> usize {
+    (k * 4).max(40)
+}
+
 /// score(d) = Σ w_i / (k + rank_i(d)), ranks from 1; ties broken by id for stability.
 pub fn rrf(
     vector: &[(i64, f32)],

@@ -5,7 +5,7 @@
 use crate::error::{CoreError, Result};
 use crate::keyword::KeywordIndex;
 use crate::schema;
-use crate::search::{rrf, FusionParams};
+use crate::search::{hybrid, int8_candidates, rescore, FusionParams};
 use crate::timeutil::parse_iso;
 use crate::vindex::VectorIndex;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
@@ -107,6 +107,8 @@ struct Inner {
     reader: Mutex<Connection>,
     mem: RwLock<MemIndex>,
     keyword: KeywordIndex,
+    /// The docs' in-memory indexes, built on first search, dropped on replace.
+    docs: RwLock<Option<docs::DocsIndex>>,
 }
 
 impl Inner {
@@ -230,6 +232,7 @@ impl Store {
                 source_ids: HashMap::new(),
             }),
             keyword,
+            docs: RwLock::new(None),
         };
         Self::load(&mut inner, dim, path)?;
         trim_heap();
@@ -578,21 +581,15 @@ impl Store {
                 return Ok(Vec::new());
             }
             let allow = |id: i64| f.is_empty() || mem.allows(id, f, src);
-            // int8 candidates, then exact float rescoring from vec_memory.
             mem.vindex
-                .search(query, (k * 4).max(40), self.threads, &allow)
+                .search(query, int8_candidates(k), self.threads, &allow)
         };
+        // Exact float rescoring from vec_memory.
         let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
-        let mut exact = Vec::with_capacity(cands.len());
         let mut buf = vec![0u8; self.dim * 4];
-        for (id, approx) in cands {
-            let v = read_vector(&r, id, &mut buf)?;
-            let score = if v { dot_bytes(&buf, query) } else { approx };
-            exact.push((id, score));
-        }
-        exact.sort_by(|a, b| b.1.total_cmp(&a.1));
-        exact.truncate(k);
-        Ok(exact)
+        rescore(cands, k, |id| {
+            Ok(read_vector(&r, id, &mut buf)?.then(|| dot_bytes(&buf, query)))
+        })
     }
 
     fn keyword_ids(inner: &Inner, text: &str, k: usize, f: &Filter) -> Result<Vec<(i64, f32)>> {
@@ -659,12 +656,15 @@ impl Store {
         f: &Filter,
     ) -> Result<Vec<Hit>> {
         self.read(|inner| {
-            let v = match query_vec {
-                Some(q) => self.vector_ids(inner, q, p.candidates, f)?,
-                None => Vec::new(),
-            };
-            let k = Self::keyword_ids(inner, query_text, p.candidates, f)?;
-            let fused = rrf(&v, &k, p, top_k);
+            let fused = hybrid(
+                |want| match query_vec {
+                    Some(q) => self.vector_ids(inner, q, want, f),
+                    None => Ok(Vec::new()),
+                },
+                |want| Self::keyword_ids(inner, query_text, want, f),
+                p,
+                top_k,
+            )?;
             Self::fetch(inner, &fused)
         })
     }

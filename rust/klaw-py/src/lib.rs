@@ -8,6 +8,7 @@ mod chunk;
 mod docs;
 mod embed;
 mod errors;
+mod record;
 mod reindex;
 mod store;
 mod tokens;
@@ -20,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     docs::register(m)?;
     embed::register(m)?;
+    record::register(m)?;
     reindex::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

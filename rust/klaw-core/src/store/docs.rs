@@ -1,14 +1,70 @@
 //! The documentation index (`doc_chunks` + `vec_docs` + `docs_fts`): Klaw's own
 //! docs, chunked and embedded, replaced as a whole when the docs or Klaw change.
 //!
-//! The docs are a few hundred chunks, so search is exact: sqlite-vec's brute-force
-//! KNN over `vec_docs` and FTS5 BM25 over `docs_fts` (headings weighted double),
-//! fused by the same weighted RRF as archival memory.
+//! Search is archival memory's (`search::hybrid`): an int8 vector index rescored
+//! with the exact vectors and a tantivy BM25 index (headings counted twice), fused by
+//! weighted RRF. The docs are a few hundred chunks, so both indexes live in memory,
+//! built from `doc_chunks`/`vec_docs` on the first search after open or a replace.
 
-use super::{f32_bytes, fts5_or_query, Store};
+use super::{bytes_f32, f32_bytes, Inner, Store};
 use crate::error::{CoreError, Result};
-use crate::search::{rrf, FusionParams};
+use crate::keyword::KeywordIndex;
+use crate::search::{hybrid, int8_candidates, rescore, FusionParams};
+use crate::vindex::VectorIndex;
 use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::HashMap;
+
+/// The docs' search indexes, derived from the tables.
+pub(super) struct DocsIndex {
+    vindex: VectorIndex,
+    keyword: KeywordIndex,
+    /// Exact vectors for rescoring (a few hundred: ~0.5 MB at 384 dimensions).
+    exact: HashMap<i64, Vec<f32>>,
+}
+
+impl DocsIndex {
+    fn build(conn: &Connection, dim: usize) -> Result<Self> {
+        let mut vindex = VectorIndex::new(dim);
+        let mut exact = HashMap::new();
+        let mut st = conn.prepare("SELECT rowid, embedding FROM vec_docs")?;
+        let mut q = st.query([])?;
+        while let Some(r) = q.next()? {
+            let blob: Vec<u8> = r.get(1)?;
+            if blob.len() == dim * 4 {
+                let id: i64 = r.get(0)?;
+                let v = bytes_f32(&blob);
+                vindex.upsert(id, &v);
+                exact.insert(id, v);
+            }
+        }
+        let mut st = conn.prepare("SELECT id, COALESCE(section, ''), content FROM doc_chunks")?;
+        let texts: Vec<(i64, String)> = st
+            .query_map([], |r| {
+                let section: String = r.get(1)?;
+                let content: String = r.get(2)?;
+                // Headings twice: a query naming a section should find it first.
+                Ok((r.get(0)?, format!("{section}\n{section}\n{content}")))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let keyword = KeywordIndex::in_ram()?;
+        keyword.rebuild(texts.iter().map(|(i, t)| (*i, t.as_str())))?;
+        Ok(DocsIndex {
+            vindex,
+            keyword,
+            exact,
+        })
+    }
+
+    fn vector_ids(&self, q: &[f32], k: usize) -> Result<Vec<(i64, f32)>> {
+        let cands = self.vindex.search(q, int8_candidates(k), 1, &|_| true);
+        rescore(cands, k, |id| {
+            Ok(self
+                .exact
+                .get(&id)
+                .map(|v| v.iter().zip(q).map(|(a, b)| a * b).sum()))
+        })
+    }
+}
 
 /// One chunk of a documentation file (its vector is passed alongside).
 #[derive(Clone, Debug)]
@@ -55,7 +111,7 @@ impl Store {
             )));
         }
         let dim = self.dim;
-        self.write(|_inner, conn| {
+        self.write(|inner, conn| {
             let tx = conn.transaction()?;
             tx.execute_batch("DELETE FROM vec_docs; DELETE FROM doc_chunks;")?;
             {
@@ -78,8 +134,6 @@ impl Store {
                     vins.execute(params![id, f32_bytes(&vectors[i * dim..(i + 1) * dim])])?;
                 }
             }
-            // A few hundred rows: rebuilding the keyword index from them is cheap.
-            tx.execute("INSERT INTO docs_fts(docs_fts) VALUES ('rebuild')", [])?;
             if let Some((key, value)) = meta {
                 tx.execute(
                     "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
@@ -87,6 +141,8 @@ impl Store {
                 )?;
             }
             tx.commit()?;
+            // The in-memory indexes are rebuilt from the new rows on the next search.
+            *inner.docs.write().map_err(|_| CoreError::Closed)? = None;
             Ok(chunks.len())
         })
     }
@@ -100,7 +156,7 @@ impl Store {
         })
     }
 
-    /// Hybrid docs search: exact vector KNN and BM25 candidates fused by RRF.
+    /// Hybrid docs search, the same as archival memory's; best first.
     /// Either half may be absent (no vector, or a query without words).
     pub fn search_docs(
         &self,
@@ -121,50 +177,43 @@ impl Store {
         if top_k == 0 {
             return Ok(Vec::new());
         }
-        let want = p.candidates.max(top_k);
         self.read(|inner| {
+            let index = self.docs_index(inner)?;
+            let ix = index.as_ref().ok_or(CoreError::Closed)?;
+            let fused = hybrid(
+                |want| match query_vec {
+                    Some(q) => ix.vector_ids(q, want),
+                    None => Ok(Vec::new()),
+                },
+                |want| ix.keyword.search(query_text, want),
+                p,
+                top_k,
+            )?;
             let conn = inner.reader.lock().map_err(|_| CoreError::Closed)?;
-            let by_vector = match query_vec {
-                Some(q) => doc_vector_ids(&conn, q, want)?,
-                None => Vec::new(),
-            };
-            let by_keyword = doc_keyword_ids(&conn, query_text, want)?;
-            let fused = rrf(&by_vector, &by_keyword, p, top_k);
             fetch_docs(&conn, &fused)
         })
     }
-}
 
-fn doc_vector_ids(r: &Connection, q: &[f32], k: usize) -> Result<Vec<(i64, f32)>> {
-    let mut st = r.prepare_cached(
-        "SELECT rowid, distance FROM vec_docs WHERE embedding MATCH ?1 AND k = ?2 ORDER BY distance",
-    )?;
-    let rows = st
-        .query_map(params![f32_bytes(q), k as i64], |r| {
-            let d: f64 = r.get(1)?;
-            // L2 distance between unit vectors -> cosine.
-            Ok((r.get::<_, i64>(0)?, (1.0 - d * d / 2.0) as f32))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(rows)
-}
-
-fn doc_keyword_ids(r: &Connection, text: &str, k: usize) -> Result<Vec<(i64, f32)>> {
-    let fts = fts5_or_query(text);
-    if fts.is_empty() {
-        return Ok(Vec::new());
+    /// The docs indexes, built from the tables if this is the first search.
+    fn docs_index<'a>(
+        &self,
+        inner: &'a Inner,
+    ) -> Result<std::sync::RwLockReadGuard<'a, Option<DocsIndex>>> {
+        {
+            let ready = inner.docs.read().map_err(|_| CoreError::Closed)?;
+            if ready.is_some() {
+                return Ok(ready);
+            }
+        }
+        {
+            let mut slot = inner.docs.write().map_err(|_| CoreError::Closed)?;
+            if slot.is_none() {
+                let conn = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+                *slot = Some(DocsIndex::build(&conn, self.dim)?);
+            }
+        }
+        inner.docs.read().map_err(|_| CoreError::Closed)
     }
-    // bm25() is lower-is-better; the score is negated so higher is better.
-    let mut st = r.prepare_cached(
-        "SELECT rowid, bm25(docs_fts, 2.0, 1.0) AS s FROM docs_fts WHERE docs_fts MATCH ?1 \
-         ORDER BY s LIMIT ?2",
-    )?;
-    let rows = st
-        .query_map(params![fts, k as i64], |r| {
-            Ok((r.get::<_, i64>(0)?, -(r.get::<_, f64>(1)? as f32)))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(rows)
 }
 
 fn fetch_docs(r: &Connection, scored: &[(i64, f64)]) -> Result<Vec<DocHit>> {
