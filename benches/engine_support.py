@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_llm_server import REPLY as REPLY
+from klaw import _core
 from smoke import scaled
 
 MESSAGES = scaled(100_000, 2_000)
@@ -96,26 +97,24 @@ def _text(rng: Any, lo: int, hi: int) -> str:
     return " ".join(_VOCAB[i] for i in rng.integers(0, len(_VOCAB), n))
 
 
-def history_rows(start: datetime) -> list[tuple[Any, ...]]:
+def history_rows(start: datetime) -> list[_core.Message]:
     """100k messages over 200 chats, alternating user (short) and assistant (longer)."""
     import numpy as np
 
     rng = np.random.default_rng(7)
-    rows: list[tuple[Any, ...]] = []
+    rows: list[_core.Message] = []
     for i in range(MESSAGES):
         chat = f"telegram_{i % CHATS}"
         user = (i // CHATS) % 2 == 0
         ts = start + timedelta(seconds=i)
         rows.append(
-            (
-                f"hist_{i}",
-                "telegram",
-                chat,
-                "user" if user else "assistant",
-                None,
-                _text(rng, 3, 30) if user else _text(rng, 15, 90),
-                None,
-                ts.isoformat().replace("+00:00", "Z"),
+            _core.Message(
+                id=f"hist_{i}",
+                channel="telegram",
+                chat_id=chat,
+                role="user" if user else "assistant",
+                content=_text(rng, 3, 30) if user else _text(rng, 15, 90),
+                created_at=ts.isoformat().replace("+00:00", "Z"),
             )
         )
     return rows
@@ -126,7 +125,7 @@ def fill(store: Any, start: datetime) -> None:
     rows = history_rows(start)
     for i in range(0, len(rows), 10_000):
         store.insert_messages(rows[i : i + 10_000])
-    first = rows[0][7]
+    first = rows[0].created_at
     now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     for c in range(CHATS):
         store.upsert_session(f"telegram_{c}", MODEL, first, now)

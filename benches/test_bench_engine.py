@@ -279,7 +279,9 @@ def context_case(history: _History, tmp_path: Path) -> Iterator[_ContextCase]:
     paths = KlawPaths.from_env(es.clone_home(history.root, tmp_path / "home"))
     cfg = load_engine_config(paths.engine_config)
     mem = Memory.open(paths=paths, config=cfg, backend=history.backend)
-    model, since = mem.store.get_session(es.CHAT)[:2]
+    session = mem.store.get_session(es.CHAT)
+    assert session is not None
+    model, since = session.model, session.segment_start
     limits = model_limits(cfg, model)
     tools = builtin_registry(paths, cfg, mem, chat_id=es.CHAT).schemas()
     core = CoreMemory(paths.core_memory).to_prompt()

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 from klaw._core import (
+    Cancelled,
     InvalidInput,
     KlawError,
     ModelError,
@@ -49,10 +50,6 @@ __all__ = [
 
 class EmbeddingBackendError(KlawError):
     """The Ollama embedding backend could not be reached or answered badly."""
-
-
-class Cancelled(KlawError):
-    """Long work (indexing) was stopped on request, e.g. because the engine is stopping."""
 
 
 class NotWritable(KlawError):

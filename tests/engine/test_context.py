@@ -40,15 +40,15 @@ def row(
     kind: str | None = None,
     meta: dict[str, Any] | None = None,
 ) -> StoredMessage:
-    return (
-        f"msg_{n:04d}",
-        "telegram",
-        "telegram_1",
-        role,
-        kind,
-        content,
-        json.dumps(meta) if meta else None,
-        f"2026-02-24T14:{n % 60:02d}:00Z",
+    return StoredMessage(
+        id=f"msg_{n:04d}",
+        channel="telegram",
+        chat_id="telegram_1",
+        role=role,
+        kind=kind,
+        content=content,
+        metadata=json.dumps(meta) if meta else None,
+        created_at=f"2026-02-24T14:{n % 60:02d}:00Z",
     )
 
 
@@ -232,7 +232,7 @@ def test_window_shrinks_to_what_fits(tmp_path: Path) -> None:
     assert report.total <= report.usable
     assert report.total + per_message > report.usable  # one more would not fit
     kept = [m.content for m in ctx.messages[1:]]
-    assert kept == [r[5] for r in window[-7:]]  # the newest, oldest first
+    assert kept == [r.content for r in window[-7:]]  # the newest, oldest first
 
 
 def test_window_respects_cap(tmp_path: Path) -> None:
@@ -240,7 +240,7 @@ def test_window_respects_cap(tmp_path: Path) -> None:
     ctx = make(tmp_path, window=window, window_cap=5)
     assert ctx.report.window_kept == 5
     assert ctx.report.window_dropped == 25
-    assert [m.content for m in ctx.messages[1:]] == [r[5] for r in window[-5:]]
+    assert [m.content for m in ctx.messages[1:]] == [r.content for r in window[-5:]]
     # A subagent cap from the config.
     cap = model_limits(EngineConfig(), "glm/glm-4-plus", subagent=True).window_cap
     assert make(tmp_path, window=window, window_cap=cap).report.window_kept == 5
@@ -255,7 +255,7 @@ def test_session_break_is_never_crossed(tmp_path: Path) -> None:
         *user_rows(3, start=12),
     ]
     ctx = make(tmp_path, window=window, window_cap=50)
-    assert [m.content for m in ctx.messages[1:]] == [r[5] for r in window[-3:]]
+    assert [m.content for m in ctx.messages[1:]] == [r.content for r in window[-3:]]
     assert ctx.report.window_kept == 3
     assert ctx.report.window_dropped == 0
     assert ctx.report.before_break == 12

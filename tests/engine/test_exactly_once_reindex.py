@@ -15,7 +15,7 @@ from klaw.engine.pipeline import Pipeline
 from klaw.gateway.logbook import LogBook
 from klaw.llm.router import Router
 from klaw.memory import Memory
-from klaw.memory.reindex import rebuild
+from klaw.memory.api import rebuild
 from klaw.paths import KlawPaths
 from klaw.wire.loglines import inbound_line, outbound_line
 from klaw.wire.protocol import Error, Inbound, Outbound

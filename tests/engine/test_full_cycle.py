@@ -106,8 +106,8 @@ async def test_inbound_to_reply_with_a_tool_round(
     try:
         assert "green tea" in mem.search("what tea does the owner like")[0].content
         rows = mem.store.recent_messages("telegram_1", None, 10)
-        assert [r[3] for r in rows] == ["user", "assistant", "tool", "assistant"]
-        assert [r[0] for r in rows][-1] == out.id
+        assert [r.role for r in rows] == ["user", "assistant", "tool", "assistant"]
+        assert rows[-1].id == out.id
         assert mem.store.get_session("telegram_1") is not None
     finally:
         mem.close()

@@ -15,6 +15,7 @@ from klaw.engine.pipeline import INTERACTIVE, SUBAGENT, Pipeline, PrioritySlots
 from klaw.llm.errors import USER_MESSAGE
 from klaw.llm.router import Router
 from klaw.memory import Memory
+from klaw.memory.rows import StoredMessage
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import Command, Error, Inbound, Outbound
 from scripted_llm import FakeLLM, call, engine_config
@@ -71,7 +72,7 @@ def inbound(
     )
 
 
-def rows(memory: Memory, chat: str = "telegram_1") -> list[tuple[Any, ...]]:
+def rows(memory: Memory, chat: str = "telegram_1") -> list[StoredMessage]:
     return list(memory.store.recent_messages(chat, None, 100))  # oldest first
 
 
@@ -106,9 +107,12 @@ async def test_one_inbound_is_stored_sent_to_the_llm_and_answered(
         "telegram",
     )
     stored = rows(memory)
-    assert stored[0][0] == "msg_001" and (stored[0][3], stored[0][5]) == ("user", "Hello bot")
-    assert stored[0][7] == msg.ts.strftime("%Y-%m-%dT%H:%M:%SZ")  # its own ts
-    assert [(r[3], r[5]) for r in stored[1:]] == [("assistant", "Hi there!")]
+    assert stored[0].id == "msg_001" and (stored[0].role, stored[0].content) == (
+        "user",
+        "Hello bot",
+    )
+    assert stored[0].created_at == msg.ts.strftime("%Y-%m-%dT%H:%M:%SZ")  # its own ts
+    assert [(r.role, r.content) for r in stored[1:]] == [("assistant", "Hi there!")]
 
 
 async def test_a_redelivered_message_is_not_processed_twice(
@@ -126,7 +130,7 @@ async def test_a_redelivered_message_is_not_processed_twice(
     first, again = out.sent
     assert isinstance(first, Outbound) and isinstance(again, Outbound)
     assert again.id == first.id and again.content == "once"
-    assert [r[3] for r in rows(memory)] == ["user", "assistant"]
+    assert [r.role for r in rows(memory)] == ["user", "assistant"]
 
 
 async def test_quick_messages_of_one_chat_are_merged_into_one_turn(
@@ -145,7 +149,7 @@ async def test_quick_messages_of_one_chat_are_merged_into_one_turn(
     assert len(out.sent) == 1
     reply = out.sent[0]
     assert isinstance(reply, Outbound) and reply.reply_to == "m2"
-    assert [r[0] for r in rows(memory)][:2] == ["m1", "m2"]
+    assert [r.id for r in rows(memory)][:2] == ["m1", "m2"]
 
 
 async def test_turns_after_the_debounce_window_are_separate_and_ordered(
@@ -183,7 +187,7 @@ async def test_a_tool_call_round_reaches_the_second_request(
     assert str(datetime.now(UTC).year) in tool["content"]
     reply = out.sent[-1]
     assert isinstance(reply, Outbound) and reply.content == "It is late."
-    assert [r[3] for r in rows(memory)] == ["user", "assistant", "tool", "assistant"]
+    assert [r.role for r in rows(memory)] == ["user", "assistant", "tool", "assistant"]
 
 
 async def test_a_malformed_tool_call_is_answered_as_a_tool_error(
@@ -198,8 +202,8 @@ async def test_a_malformed_tool_call_is_answered_as_a_tool_error(
     tool = llm.requests[1]["messages"][-1]
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_1"
     assert "not a JSON object" in tool["content"]
-    stored_tool = next(r for r in rows(memory) if r[3] == "tool")
-    assert json.loads(stored_tool[6])["is_error"] is True
+    stored_tool = next(r for r in rows(memory) if r.role == "tool")
+    assert json.loads(stored_tool.metadata or "{}")["is_error"] is True
     reply = out.sent[-1]
     assert isinstance(reply, Outbound)
     assert reply.content == "Sorry, let me answer without it."
@@ -231,7 +235,7 @@ async def test_all_providers_failing_tells_the_user_and_keeps_the_inbound(
     assert reply.content == USER_MESSAGE and reply.reply_to == "m1"
     # The notice settles nothing: the gateway keeps m1 pending, the engine retries it.
     assert reply.answers == [] and reply.line_type == "notice"
-    assert [(r[0], r[3], r[4]) for r in rows(memory)] == [
+    assert [(r.id, r.role, r.kind) for r in rows(memory)] == [
         ("m1", "user", None),
         (reply.id, "assistant", "notice"),
     ]

@@ -43,7 +43,7 @@ def test_sigterm_during_indexing_cancels_it_and_releases_the_lock_at_exit(
     try:
         for line in proc.stderr:  # indexing of the big file has begun
             seen.append(line)
-            if "indexing memory/big.md:" in line:
+            if "indexing memory/big.md (" in line:
                 break
         else:
             raise AssertionError(f"engine exited early ({proc.wait(10)}): {''.join(seen)}")

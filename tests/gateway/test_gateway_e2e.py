@@ -145,20 +145,25 @@ async def test_a_telegram_message_is_answered_and_logged_exactly(
     mem = open_memory()
     try:
         rows = mem.store.recent_messages(CHAT, None, 50)
-        assert [(r[0], r[3], r[7]) for r in rows] == [(r["id"], r["role"], r["ts"]) for r in lines]
+        assert [(r.id, r.role, r.created_at) for r in rows] == [
+            (r["id"], r["role"], r["ts"]) for r in lines
+        ]
     finally:
         mem.close()
     # `klaw reindex` rebuilds the same rows from the files alone.
-    from klaw.memory.reindex import rebuild
+    from klaw.memory.api import rebuild
 
     klaw_home.db.unlink()
     rebuild(klaw_home, config, backend=backend, progress=False)
     mem = open_memory()
     try:
         rebuilt = mem.store.recent_messages(CHAT, None, 50)
-        assert [(r[0], r[3], r[5], r[7]) for r in rebuilt] == [
-            (r[0], r[3], r[5], r[7]) for r in rows
-        ]
+
+        def fields(m: Any) -> tuple[Any, ...]:
+            meta = json.loads(m.metadata) if m.metadata else None
+            return (m.id, m.channel, m.chat_id, m.role, m.kind, m.content, meta, m.created_at)
+
+        assert [fields(r) for r in rebuilt] == [fields(r) for r in rows]
     finally:
         mem.close()
 
@@ -197,16 +202,16 @@ async def test_new_is_logged_with_its_break_and_survives_reindex(
         ("user", None, "secon"),
         ("assistant", None, "Two."),
     ]
-    from klaw.memory.reindex import rebuild
+    from klaw.memory.api import rebuild
 
     klaw_home.db.unlink()
     rebuild(klaw_home, config, backend=backend, progress=False)
     mem = open_memory()
     try:
-        model, segment, _ = mem.store.get_session(CHAT) or ("", "", "")
-        assert model == "fake/m"
+        session = mem.store.get_session(CHAT)
+        assert session is not None and session.model == "fake/m"
         brk = next(r for r in log_lines(klaw_home) if r.get("type") == "session_break")
-        assert segment == brk["ts"]
+        assert session.segment_start == brk["ts"]
     finally:
         mem.close()
 

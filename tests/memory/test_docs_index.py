@@ -13,6 +13,7 @@ from klaw import _core
 from klaw.config import load_engine_config
 from klaw.errors import InvalidInput
 from klaw.memory import Memory
+from klaw.memory.api import rebuild
 from klaw.memory.docs import (
     DOCS_META_KEY,
     MAX_DOC_BYTES,
@@ -23,7 +24,6 @@ from klaw.memory.docs import (
     ensure_docs_indexed,
     resolve_doc_ref,
 )
-from klaw.memory.reindex import rebuild
 from klaw.paths import KlawPaths
 
 REPO_DOCS = Path(klaw.__file__).resolve().parents[2] / "docs"

@@ -158,7 +158,7 @@ def test_model_change_reembeds_everything(klaw_home: KlawPaths, backend: OnnxBac
         mem.index_workspace()
         mem.save("a saved fact about kayaks")
         chunks = mem.store.count_chunks()
-    other = RenamedBackend(backend._e, backend.model_id + "-v2")
+    other = RenamedBackend(backend.embedder, backend.model_id + "-v2")
     with Memory.open(paths=klaw_home, config=cfg, backend=other) as mem:
         assert mem.store.meta_get("embedding_model") == other.model_id
         assert mem.cache.count(other.model_id) == chunks  # every chunk embedded again

@@ -11,8 +11,8 @@ from pathlib import Path
 from klaw import _core
 from klaw.config import load_engine_config
 from klaw.gateway.logbook import LogBook
+from klaw.memory.api import rebuild
 from klaw.memory.jsonl import JsonlTailer, read_jsonl, tail_records
-from klaw.memory.reindex import rebuild
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import LogLine
 
@@ -121,8 +121,8 @@ def test_every_reader_keeps_the_same_lines(klaw_home: KlawPaths, backend: object
     store = _core.Store(str(klaw_home.db))
     try:
         rows = store.recent_messages(CHAT, limit=100)
-        assert sorted(r[0] for r in rows) == sorted(expected)
-        contents = {r[0]: r[5] for r in rows}
+        assert sorted(r.id for r in rows) == sorted(expected)
+        contents = {r.id: r.content for r in rows}
         assert contents["obj"] == '{"result": [1, 2]}'  # its JSON text, as in the file
         assert contents["null_content"] == ""
     finally:

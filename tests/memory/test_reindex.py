@@ -13,8 +13,8 @@ from klaw import _core
 from klaw.config import load_engine_config
 from klaw.errors import StoreCorrupt, StoreLocked
 from klaw.memory import Memory
+from klaw.memory.api import rebuild
 from klaw.memory.health import check_store
-from klaw.memory.reindex import rebuild
 from klaw.paths import KlawPaths
 
 
@@ -49,9 +49,9 @@ def test_single_file_restores_messages_in_order(klaw_home: KlawPaths, backend: o
     s = _core.Store(str(klaw_home.db))
     try:
         rows = s.recent_messages("telegram_1", limit=100)
-        assert [m[0] for m in rows] == [f"telegram_1-{i:04d}" for i in range(10)]
-        assert rows[0][1] == "telegram" and rows[1][3] == "assistant"
-        assert [m[0] for m in s.search_messages("topic3")] == ["telegram_1-0003"]
+        assert [m.id for m in rows] == [f"telegram_1-{i:04d}" for i in range(10)]
+        assert rows[0].channel == "telegram" and rows[1].role == "assistant"
+        assert [m.id for m in s.search_messages("topic3")] == ["telegram_1-0003"]
     finally:
         s.close()
 
@@ -86,11 +86,13 @@ def test_session_break_sets_the_segment(klaw_home: KlawPaths, backend: object) -
     reindex(klaw_home, backend)
     s = _core.Store(str(klaw_home.db))
     try:
-        model, segment_start, _ = s.get_session("telegram_1") or ("", "", "")
+        session = s.get_session("telegram_1")
+        assert session is not None
+        model, segment_start = session.model, session.segment_start
         assert model == "deepseek/deepseek-chat"
         assert segment_start == "2026-02-24T10:00:04Z"
         window = s.recent_messages("telegram_1", since=segment_start, limit=20)
-        assert window[0][4] == "session_break" and len(window) == 4
+        assert window[0].kind == "session_break" and len(window) == 4
     finally:
         s.close()
 

@@ -8,7 +8,7 @@ import pytest
 
 from klaw import _core
 from klaw.config import load_engine_config
-from klaw.memory.reindex import rebuild
+from klaw.memory.api import rebuild
 from klaw.paths import KlawPaths
 
 CHAT = "telegram_1"
@@ -45,7 +45,7 @@ def session_after_reindex(
     finally:
         store.close()
     assert session is not None
-    return session[0], session[1]
+    return session.model, session.segment_start
 
 
 def default_model(paths: KlawPaths) -> str:

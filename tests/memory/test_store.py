@@ -146,7 +146,9 @@ def test_replace_file_and_remove_file(store: _core.Store) -> None:
         chunks,
         pack(vec(1), vec(2)),
     )
-    assert len(ids) == 2 and store.file_state("MEMORY.md") == ("h1", 1.0, 10)
+    assert len(ids) == 2 and (
+        lambda f: f is not None and (f.hash, f.mtime, f.size) == ("h1", 1.0, 10)
+    )(store.file_state("MEMORY.md"))
     new = store.replace_file(
         "MEMORY.md", "MEMORY.md", "h2", 2.0, 5, "2026-01-01T00:00:00Z", chunks[:1], pack(vec(3))
     )
@@ -161,37 +163,34 @@ def test_replace_file_and_remove_file(store: _core.Store) -> None:
 
 def test_messages_insert_is_idempotent_and_searchable(store: _core.Store) -> None:
     rows = [
-        (
-            "m1",
-            "telegram",
-            "telegram_1",
-            "user",
-            None,
-            "hello about the garden",
-            None,
-            "2026-01-01T10:00:00Z",
+        _core.Message(
+            id="m1",
+            channel="telegram",
+            chat_id="telegram_1",
+            role="user",
+            content="hello about the garden",
+            created_at="2026-01-01T10:00:00Z",
         ),
-        (
-            "m2",
-            "telegram",
-            "telegram_1",
-            "assistant",
-            None,
-            "the garden needs water",
-            '{"model":"x"}',
-            "2026-01-01T10:00:01Z",
+        _core.Message(
+            id="m2",
+            channel="telegram",
+            chat_id="telegram_1",
+            role="assistant",
+            content="the garden needs water",
+            metadata='{"model":"x"}',
+            created_at="2026-01-01T10:00:01Z",
         ),
     ]
     assert store.insert_messages(rows) == 2
     assert store.insert_messages(rows) == 0  # redelivery is harmless
     assert store.count_messages() == 2
-    assert [m[0] for m in store.search_messages("garden")] == ["m1", "m2"] or [
-        m[0] for m in store.search_messages("garden")
+    assert [m.id for m in store.search_messages("garden")] == ["m1", "m2"] or [
+        m.id for m in store.search_messages("garden")
     ] == ["m2", "m1"]
-    assert [m[0] for m in store.search_messages("water")] == ["m2"]
+    assert [m.id for m in store.search_messages("water")] == ["m2"]
     assert store.search_messages("!!!") == []
-    assert [m[0] for m in store.recent_messages("telegram_1", limit=1)] == ["m2"]
-    assert [m[0] for m in store.recent_messages("telegram_1", since="2026-01-01T10:00:01Z")] == [
+    assert [m.id for m in store.recent_messages("telegram_1", limit=1)] == ["m2"]
+    assert [m.id for m in store.recent_messages("telegram_1", since="2026-01-01T10:00:01Z")] == [
         "m2"
     ]
 
@@ -201,7 +200,9 @@ def test_sessions_and_meta(store: _core.Store) -> None:
     store.upsert_session(
         "c1", "deepseek/deepseek-chat", "2026-01-02T00:00:00Z", "2026-01-02T00:00:00Z"
     )
-    assert store.get_session("c1") == (
+    session = store.get_session("c1")
+    assert session is not None
+    assert (session.model, session.segment_start, session.created_at) == (
         "deepseek/deepseek-chat",
         "2026-01-02T00:00:00Z",
         "2026-01-01T00:00:00Z",

@@ -27,6 +27,13 @@ async def test_watcher_reindexes_changed_memory_files(memory: Memory, klaw_home:
             report = await asyncio.wait_for(reports.get(), 30)
         hits = await memory.asearch("restaurant reservation Mirabelle", top_k=1)
         assert hits[0].source == "memory/2026-03-01.md"
+        # A new nested directory with a file written at once (before a watch on the
+        # directory can exist) is still picked up.
+        (ws / "memory" / "trips" / "2026").mkdir(parents=True)
+        (ws / "memory" / "trips" / "2026" / "lisbon.md").write_text("Hotel in Alfama.\n")
+        report = await asyncio.wait_for(reports.get(), 30)
+        while "memory/trips/2026/lisbon.md" not in report.indexed:
+            report = await asyncio.wait_for(reports.get(), 30)
         # Files outside MEMORY.md / memory/ don't trigger indexing.
         (ws / "notes.txt").write_text("ignored")
         (ws / "MEMORY.md").write_text("The bicycle lock code is 1234.\n")

@@ -126,7 +126,7 @@ def index_workspace() -> int:
 def reindex(progress: bool = True) -> int:
     from klaw.config import load_engine_config
     from klaw.errors import KlawError
-    from klaw.memory.reindex import rebuild
+    from klaw.memory.api import rebuild
     from klaw.paths import KlawPaths
 
     paths = KlawPaths.from_env()

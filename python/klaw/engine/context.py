@@ -55,8 +55,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from klaw import _core
 from klaw.llm.types import Message, Role, ToolCall, ToolSchema
+from klaw.memory.rows import StoredMessage, count_tokens_batch
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
@@ -85,10 +85,7 @@ __all__ = [
 log = logging.getLogger("klaw.engine")
 
 ChatKind = Literal["private", "group"]
-# (id, channel, chat_id, role, type, content, metadata_json, created_at), as
-# returned by Store.recent_messages.
-StoredMessage: TypeAlias = tuple[str, str, str, str, str | None, str, str | None, str]
-# Token counts for a batch of texts, e.g. `_core.count_tokens_batch` or
+# Token counts for a batch of texts, e.g. `count_tokens_batch` or
 # `TokenCounter(...).count_batch`.
 TokenCounterFn: TypeAlias = Callable[[list[str]], list[int]]
 
@@ -109,7 +106,7 @@ PER_MESSAGE_OVERHEAD = 4  # role and framing tokens of one chat message
 TRUNCATED_NOTE = "[truncated: {name} was cut to fit the context budget]"
 MAX_FILE_BYTES = 1 << 20  # a bigger workspace file could never fit: read only this much
 
-_DEFAULT_COUNTER: TokenCounterFn = _core.count_tokens_batch
+_DEFAULT_COUNTER: TokenCounterFn = count_tokens_batch
 _ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 
 
@@ -275,10 +272,10 @@ def _load_meta(metadata_json: str | None) -> dict[str, Any]:
 def row_to_message(row: StoredMessage) -> Message | None:
     """The LLM message for a stored row; None for markers, commands and their replies
     (any row with a `type`) and unknown roles."""
-    _id, _channel, _chat, role, kind, content, metadata_json, _at = row
-    if kind or role not in _ROLES:
+    role, content = row.role, row.content
+    if row.kind or role not in _ROLES:
         return None
-    meta = _load_meta(metadata_json)
+    meta = _load_meta(row.metadata)
     msg_role: Role = role  # type: ignore[assignment]  # checked against _ROLES above
     if role == "assistant":
         raw_calls = meta.get("tool_calls")
@@ -339,7 +336,7 @@ def _schema_json(schema: ToolSchema) -> str:
 def _segment(rows: Sequence[StoredMessage]) -> tuple[Sequence[StoredMessage], int]:
     """Rows after the last session_break, and how many rows were cut before it."""
     for i in range(len(rows) - 1, -1, -1):
-        if rows[i][4] == "session_break":
+        if rows[i].kind == "session_break":
             return rows[i + 1 :], i + 1
     return rows, 0
 

@@ -59,6 +59,7 @@ from klaw.engine.summaries import latest_summary
 from klaw.errors import KlawError
 from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, Message, Usage
+from klaw.memory.rows import with_content
 from klaw.retry import Backoff
 from klaw.wire.loglines import inbound_line, line_row, outbound_line
 from klaw.wire.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
@@ -212,7 +213,7 @@ class Pipeline:
         store = self.memory.store
         row = store.get_session(chat_id)
         if row is not None:
-            return row[0], row[1]
+            return row.model, row.segment_start
         model = self.config.routing.default
         store.upsert_session(chat_id, model, first_ts, to_iso(self._now()) or first_ts)
         return model, first_ts
@@ -563,14 +564,14 @@ class Pipeline:
         window = [
             r
             for r in self.memory.store.recent_messages(chat_id, since or None, limit)
-            if r[7] <= latest and r[0] not in later
+            if r.created_at <= latest and r.id not in later
         ]
         # The messages this turn answers go last, whatever their timestamps: with 1 s
         # resolution a message sent while the previous turn ran shares its second with
         # that turn's reply, which is stored after it ("user B, assistant A" would make
         # B look answered). Everything else keeps log order.
         rows = _merge_user_runs(
-            [r for r in window if r[0] not in own] + [r for r in window if r[0] in own]
+            [r for r in window if r.id not in own] + [r for r in window if r.id in own]
         )
         try:
             core_text = CoreMemory(self.paths.core_memory).to_prompt()
@@ -670,10 +671,10 @@ def _merge_user_runs(rows: Sequence[StoredMessage]) -> list[StoredMessage]:
     out: list[StoredMessage] = []
     for row in rows:
         prev = out[-1] if out else None
-        if prev is not None and prev[3] == "user" and row[3] == "user" and row[4] is None:
-            if prev[4] is None:
-                merged = "\n".join(t for t in (prev[5], row[5]) if t)
-                out[-1] = (*row[:5], merged, row[6], row[7])
+        if prev is not None and prev.role == "user" and row.role == "user" and row.kind is None:
+            if prev.kind is None:
+                merged = "\n".join(t for t in (prev.content, row.content) if t)
+                out[-1] = with_content(row, merged)
                 continue
         out.append(row)
     return out

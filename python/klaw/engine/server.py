@@ -479,10 +479,12 @@ class EngineServer:
                 sessions.append(SessionInfo(chat_id=chat))
                 continue
             found += 1
-            model, segment_start, created_at = row
             sessions.append(
                 SessionInfo(
-                    chat_id=chat, model=model, segment_start=segment_start, created_at=created_at
+                    chat_id=chat,
+                    model=row.model,
+                    segment_start=row.segment_start,
+                    created_at=row.created_at,
                 )
             )
         total = dict(store.stats()).get("sessions", 0) if store else 0

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -22,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from klaw import _core
 from klaw.errors import Cancelled, InvalidInput
+from klaw.lock import EngineLock
 from klaw.memory.dbfile import check_db_file
 from klaw.memory.embedding import EmbeddingBackend, OllamaBackend, OnnxBackend
 from klaw.memory.hit import Hit
+from klaw.memory.reindex import ReindexReport, read_saved, remove_db_files, swap_in
 from klaw.paths import KlawPaths
 from klaw.wire.record import now_iso, to_iso
 
@@ -96,7 +99,8 @@ class Memory:
         self._on_close: list[Callable[[], None]] = []
         # Set by `cancel()`: long indexing stops between embedding batches and files, so
         # a stopping engine is done within a batch, not after a 15 MB file.
-        self._cancel = threading.Event()
+        # A Rust flag, so indexing inside one `index_document` call sees it too.
+        self._cancel = _core.CancelFlag()
 
     # --- opening ---------------------------------------------------------
 
@@ -145,8 +149,6 @@ class Memory:
             )
             if store is not None:
                 store.close()
-            from klaw.memory.reindex import rebuild
-
             rebuild(paths, config, backend=backend, cache=cache, progress=False, lock=False)
             store = _core.Store(str(paths.db), dim=backend.dim, threads=threads)
         assert store is not None
@@ -282,7 +284,7 @@ class Memory:
         data = p.read_bytes()
         digest = hashlib.blake2b(data, digest_size=16).hexdigest()
         known = self.store.file_state(label)
-        if known is not None and known[0] == digest:
+        if known is not None and known.hash == digest:
             return 0
         try:
             text = data.decode("utf-8")
@@ -290,17 +292,38 @@ class Memory:
             log.warning("%s is not valid UTF-8 (byte %d); undecodable bytes replaced", p, exc.start)
             text = data.decode("utf-8", errors="replace")
         del data
-        chunks = self._chunks(text)
-        del text
-        if len(chunks) >= 100:  # minutes of CPU on a Pi: say what is going on
-            log.info("indexing %s: %d chunks", label, len(chunks))
-        tuples = self._tuples(chunks)
-        vectors, _ = self._embed([t[0] for t in tuples])
+        if st.st_size >= 256 * 1024:  # minutes of CPU on a Pi: say what is going on
+            log.info("indexing %s (%d KiB)", label, st.st_size // 1024)
         m = _DATED.search(p.name)
         created = (
             f"{m.group(1)}T00:00:00Z" if m else to_iso(datetime.fromtimestamp(st.st_mtime, UTC))
         )
         assert created is not None
+        if isinstance(self.backend, OnnxBackend):
+            # One crossing: chunk, hash, embed through the cache and replace, GIL free.
+            c = self.config.memory.chunking
+            stored, _ = _core.index_document(
+                self.store,
+                self.backend.embedder,
+                self.cache,
+                self.backend.model_id,
+                path=label,
+                source=source or label,
+                hash=digest,
+                mtime=st.st_mtime,
+                size=st.st_size,
+                created_at=created,
+                text=text,
+                chunk_size=c.size,
+                chunk_overlap=c.overlap,
+                batch_size=self.config.memory.embedding.batch_size,
+                cancel=self._cancel,
+            )
+            return stored
+        # Ollama embeds over HTTP from Python: the same steps, one crossing each.
+        tuples = self._tuples(self._chunks(text))
+        del text
+        vectors, _ = self._embed([t[0] for t in tuples])
         ids = self.store.replace_file(
             label, source or label, digest, st.st_mtime, st.st_size, created, tuples, vectors
         )
@@ -344,7 +367,7 @@ class Memory:
                 continue
             (report.indexed if n else report.unchanged).append(label)
             report.chunks += n
-        for path, *_ in self.store.list_files():
+        for path in (f.path for f in self.store.list_files()):
             owned = path in ("MEMORY.md", "core_memory.json") or path.startswith(
                 ("memory/", "summaries/")
             )
@@ -438,3 +461,62 @@ class Memory:
 
     def stats(self) -> dict[str, int]:
         return dict(self.store.stats())
+
+
+def rebuild(
+    paths: KlawPaths,
+    config: EngineConfig,
+    *,
+    backend: EmbeddingBackend | None = None,
+    cache: _core.EmbeddingCache | None = None,
+    progress: bool = True,
+    lock: bool = True,
+) -> ReindexReport:
+    """Rebuilds `paths.db` from files alone (`klaw reindex`, or a changed embedding
+    model). Raises StoreLocked while the engine holds the database."""
+    held = EngineLock(paths.engine_lock).acquire("klaw reindex") if lock else None
+    try:
+        t0 = time.perf_counter()
+        backend = backend or load_backend(config, paths)
+        cache = cache or _core.EmbeddingCache(str(paths.embeddings_cache))
+        tmp = paths.db.with_name(paths.db.name + ".reindex")
+        remove_db_files(tmp)
+        paths.db.parent.mkdir(parents=True, exist_ok=True)
+        stats = _core.rebuild_messages(
+            str(tmp),
+            str(paths.data_dir),
+            dim=backend.dim,
+            default_model=str(config.routing.default),
+            progress=progress,
+        )
+        report = ReindexReport(
+            messages=stats.messages,
+            sessions=stats.sessions,
+            summaries=stats.summaries,
+            skipped=stats.skipped_samples,
+            skipped_count=stats.skipped,
+        )
+        store = _core.Store(str(tmp), dim=backend.dim)
+        mem = Memory(store, backend, cache, paths, config)
+        try:
+            store.meta_set("embedding_model", backend.model_id)
+            ws = mem.index_workspace()
+            report.files = len(ws.indexed)
+            report.chunks = ws.chunks
+            report.errors.extend(ws.errors)
+            for imported in mem.imported_paths():
+                if imported.exists():
+                    report.chunks += mem.import_path(imported).chunks
+                else:
+                    report.errors.append(f"imported path {imported} no longer exists; skipped")
+            for rec in read_saved(paths.saved_memory, report):
+                report.chunks += len(mem._index_saved(rec))
+                report.saved_facts += 1
+        finally:
+            store.close()
+        swap_in(tmp, paths.db)
+        report.seconds = time.perf_counter() - t0
+        return report
+    finally:
+        if held is not None:
+            held.release()

@@ -27,18 +27,18 @@ class OnnxBackend:
     """all-MiniLM-L6-v2 run by ONNX Runtime inside the Rust core."""
 
     def __init__(self, embedder: _core.Embedder, model_id: str) -> None:
-        self._e = embedder
+        self.embedder = embedder
         self.model_id = model_id
 
     @property
     def dim(self) -> int:
-        return self._e.dim
+        return self.embedder.dim
 
     def embed_batch(self, texts: list[str]) -> bytes:
-        return self._e.embed_batch(texts)
+        return self.embedder.embed_batch(texts)
 
     def embed_cached(self, cache: _core.EmbeddingCache, texts: list[str]) -> tuple[bytes, int]:
-        return _core.embed_cached(self._e, cache, self.model_id, texts)
+        return _core.embed_cached(self.embedder, cache, self.model_id, texts)
 
 
 class OllamaBackend:

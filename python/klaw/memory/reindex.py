@@ -1,9 +1,10 @@
-"""`klaw reindex`: rebuild klaw.db from files alone.
+"""`klaw reindex`, the file side: the report, the saved-facts reader and the swap.
 
-Builds into `klaw.db.reindex` beside the live file (messages and full-text index
-streamed by the Rust core; archival chunks re-chunked from the workspace,
-summaries, saved facts and core memory, embeddings served from the cache), then
-swaps it in with a rename, so a crash mid-way leaves the old database untouched.
+`klaw.memory.api.rebuild` builds into `klaw.db.reindex` beside the live file
+(messages and full-text index streamed by the Rust core; archival chunks re-chunked
+from the workspace, summaries, saved facts and core memory, embeddings served from
+the cache), then `swap_in` renames it over klaw.db, so a crash mid-way leaves the old
+database untouched. This module imports nothing from `api` (no import cycle).
 """
 
 from __future__ import annotations
@@ -12,18 +13,11 @@ import json
 import logging
 import os
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from klaw import _core
-from klaw.lock import EngineLock
-from klaw.paths import KlawPaths
-
-if TYPE_CHECKING:
-    from klaw.config import EngineConfig
-    from klaw.memory.embedding import EmbeddingBackend
+from klaw.fsutil import fsync_dir
 
 log = logging.getLogger("klaw.reindex")
 
@@ -46,7 +40,7 @@ def _keyword_dir(db: Path) -> Path:
     return db.with_name(db.name + ".keyword")
 
 
-def _remove_db_files(db: Path) -> None:
+def remove_db_files(db: Path) -> None:
     for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
         p.unlink(missing_ok=True)
     shutil.rmtree(_keyword_dir(db), ignore_errors=True)
@@ -71,67 +65,7 @@ def read_saved(path: Path, report: ReindexReport | None = None) -> list[dict[str
     return out
 
 
-def rebuild(
-    paths: KlawPaths,
-    config: EngineConfig,
-    *,
-    backend: EmbeddingBackend | None = None,
-    cache: _core.EmbeddingCache | None = None,
-    progress: bool = True,
-    lock: bool = True,
-) -> ReindexReport:
-    """Rebuilds `paths.db`. Raises StoreLocked while the engine holds the database."""
-    from klaw.memory.api import Memory, load_backend
-
-    held = EngineLock(paths.engine_lock).acquire("klaw reindex") if lock else None
-    try:
-        t0 = time.perf_counter()
-        backend = backend or load_backend(config, paths)
-        cache = cache or _core.EmbeddingCache(str(paths.embeddings_cache))
-        tmp = paths.db.with_name(paths.db.name + ".reindex")
-        _remove_db_files(tmp)
-        paths.db.parent.mkdir(parents=True, exist_ok=True)
-        stats = _core.rebuild_messages(
-            str(tmp),
-            str(paths.data_dir),
-            dim=backend.dim,
-            default_model=str(config.routing.default),
-            progress=progress,
-        )
-        report = ReindexReport(
-            messages=int(stats["messages"]),
-            sessions=int(stats["sessions"]),
-            summaries=int(stats["summaries"]),
-            skipped=list(stats["skipped_samples"]),
-            skipped_count=int(stats["skipped"]),
-        )
-        store = _core.Store(str(tmp), dim=backend.dim)
-        mem = Memory(store, backend, cache, paths, config)
-        try:
-            store.meta_set("embedding_model", backend.model_id)
-            ws = mem.index_workspace()
-            report.files = len(ws.indexed)
-            report.chunks = ws.chunks
-            report.errors.extend(ws.errors)
-            for imported in mem.imported_paths():
-                if imported.exists():
-                    report.chunks += mem.import_path(imported).chunks
-                else:
-                    report.errors.append(f"imported path {imported} no longer exists; skipped")
-            for rec in read_saved(paths.saved_memory, report):
-                report.chunks += len(mem._index_saved(rec))
-                report.saved_facts += 1
-        finally:
-            store.close()
-        _swap(tmp, paths.db)
-        report.seconds = time.perf_counter() - t0
-        return report
-    finally:
-        if held is not None:
-            held.release()
-
-
-def _swap(tmp: Path, db: Path) -> None:
+def swap_in(tmp: Path, db: Path) -> None:
     """Atomically replaces `db` (and its keyword index) with the freshly built `tmp`."""
     # The old WAL must never be replayed onto the new file.
     for suffix in ("-wal", "-shm"):
@@ -152,8 +86,4 @@ def _swap(tmp: Path, db: Path) -> None:
     if new_kw.exists():
         new_kw.rename(old_kw)
     shutil.rmtree(trash, ignore_errors=True)
-    dfd = os.open(db.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(db.parent)

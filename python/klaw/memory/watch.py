@@ -41,8 +41,11 @@ class MemoryWatcher:
         except ValueError:
             return False
         parts = rel.parts
+        # Directories count (`memory/`, `memory/trips/`: no suffix): a file written at
+        # once into a new directory can land before the watch on that directory
+        # exists, so its own event is lost and only the directory's is seen.
         return rel.as_posix() == "MEMORY.md" or (
-            len(parts) >= 2 and parts[0] == "memory" and p.suffix == ".md"
+            len(parts) >= 1 and parts[0] == "memory" and p.suffix in (".md", "")
         )
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from klaw._core import Message
 from klaw.wire.protocol import Command, Inbound, LogLine, Outbound
 from klaw.wire.record import Record, to_iso
 
 __all__ = ["command_text", "inbound_line", "line_row", "outbound_line", "to_record"]
 
 # (id, channel, chat_id, role, type, content, metadata_json, created_at)
-Row = tuple[str, str, str, str, str | None, str, str | None, str]
 
 
 def command_text(cmd: Command) -> str:
@@ -57,15 +57,18 @@ def to_record(line: LogLine) -> Record:
     )
 
 
-def line_row(line: LogLine, channel: str, chat_id: str) -> Row:
+def line_row(line: LogLine, channel: str, chat_id: str) -> Message:
     """The klaw.db row the engine stores for `line` (what reindex makes of the file)."""
-    return (
-        line.id,
-        channel,
-        chat_id,
-        line.role,
-        line.type,
-        line.content,
-        json.dumps(line.meta, ensure_ascii=False) if line.meta else None,
-        to_iso(line.ts) or "",
+    return Message(
+        id=line.id,
+        channel=channel,
+        chat_id=chat_id,
+        role=line.role,
+        kind=line.type,
+        content=line.content,
+        # Compact, as in the JSONL line: reindex stores the file's own `meta` text.
+        metadata=json.dumps(line.meta, ensure_ascii=False, separators=(",", ":"))
+        if line.meta
+        else None,
+        created_at=to_iso(line.ts) or "",
     )

@@ -25,6 +25,9 @@ pub enum CoreError {
     ModelNotFound(String),
     #[error("the store is closed")]
     Closed,
+    /// Long work stopped because its cancel flag was set (the engine is stopping).
+    #[error("indexing cancelled: memory is closing")]
+    Cancelled,
 }
 
 impl From<tantivy::TantivyError> for CoreError {

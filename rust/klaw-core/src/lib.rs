@@ -6,6 +6,7 @@ pub mod chunk;
 pub mod embcache;
 pub mod embed;
 pub mod error;
+pub mod index;
 pub mod keyword;
 pub mod record;
 pub mod reindex;

@@ -2,15 +2,20 @@
 
 use crate::errors::to_py;
 use crate::store::floats;
+use crate::store::PyStore;
+use klaw_core::chunk::ChunkConfig;
 use klaw_core::embcache::{embed_with_cache, text_hash, EmbeddingCache};
 use klaw_core::embed::{Embedder, EmbedderConfig};
+use klaw_core::index::{self, Document, Embedding};
+use klaw_core::store::FileState;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[pyclass(frozen, module = "klaw._core", name = "Embedder")]
 pub struct PyEmbedder {
-    inner: Embedder,
+    pub(crate) inner: Embedder,
 }
 
 #[pymethods]
@@ -67,7 +72,7 @@ impl PyEmbedder {
 
 #[pyclass(frozen, module = "klaw._core", name = "EmbeddingCache")]
 pub struct PyEmbeddingCache {
-    inner: EmbeddingCache,
+    pub(crate) inner: EmbeddingCache,
 }
 
 #[pymethods]
@@ -137,6 +142,77 @@ pub fn embed_cached<'py>(
     Ok((PyBytes::new(py, &klaw_core::store::f32_bytes(&v)), hits))
 }
 
+/// A flag long Rust work checks to stop early (set from any thread).
+#[pyclass(frozen, module = "klaw._core", name = "CancelFlag")]
+#[derive(Default)]
+pub struct PyCancelFlag {
+    pub(crate) flag: AtomicBool,
+}
+
+#[pymethods]
+impl PyCancelFlag {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    fn set(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+    }
+
+    fn is_set(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+}
+
+/// Chunks, embeds through the cache and stores one document, without the GIL and
+/// in one crossing; returns (chunks stored, cache hits). Raises `Cancelled` once
+/// `cancel` is set (before anything is written).
+#[pyfunction]
+#[pyo3(signature = (store, embedder, cache, model_id, *, path, source, hash, mtime, size,
+                    created_at, text, chunk_size, chunk_overlap, batch_size, cancel))]
+#[allow(clippy::too_many_arguments)]
+pub fn index_document(
+    py: Python<'_>,
+    store: &PyStore,
+    embedder: &PyEmbedder,
+    cache: &PyEmbeddingCache,
+    model_id: String,
+    path: String,
+    source: String,
+    hash: String,
+    mtime: f64,
+    size: i64,
+    created_at: String,
+    text: String,
+    chunk_size: usize,
+    chunk_overlap: usize,
+    batch_size: usize,
+    cancel: &PyCancelFlag,
+) -> PyResult<(usize, usize)> {
+    let emb = Embedding {
+        embedder: &embedder.inner,
+        cache: &cache.inner,
+        model_id: &model_id,
+        batch_size,
+    };
+    let doc = Document {
+        path: &path,
+        source: &source,
+        state: FileState { hash, mtime, size },
+        created_at: &created_at,
+        text: &text,
+    };
+    let chunking = ChunkConfig {
+        size: chunk_size,
+        overlap: chunk_overlap,
+    };
+    let done = py
+        .detach(|| index::index_document(store.core(), &emb, &doc, &chunking, &cancel.flag))
+        .map_err(to_py)?;
+    Ok((done.chunks, done.cache_hits))
+}
+
 /// The cache key of a text (128-bit xxh3, hex).
 #[pyfunction]
 pub fn text_hashes(py: Python<'_>, texts: Vec<String>) -> Vec<String> {
@@ -146,7 +222,9 @@ pub fn text_hashes(py: Python<'_>, texts: Vec<String>) -> Vec<String> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEmbedder>()?;
     m.add_class::<PyEmbeddingCache>()?;
+    m.add_class::<PyCancelFlag>()?;
     m.add_function(wrap_pyfunction!(embed_cached, m)?)?;
+    m.add_function(wrap_pyfunction!(index_document, m)?)?;
     m.add_function(wrap_pyfunction!(text_hashes, m)?)?;
     Ok(())
 }

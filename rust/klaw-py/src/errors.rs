@@ -31,11 +31,14 @@ class ModelError(KlawError):
 class ModelNotFound(ModelError, FileNotFoundError):
     """The model or ONNX Runtime is missing; the message says what to install."""
 
-for _c in (KlawError, InvalidInput, StoreError, StoreCorrupt, StoreLocked, ModelError, ModelNotFound):
+class Cancelled(KlawError):
+    """Long work (indexing) was stopped on request, e.g. because the engine is stopping."""
+
+for _c in (KlawError, InvalidInput, StoreError, StoreCorrupt, StoreLocked, ModelError, ModelNotFound, Cancelled):
     _c.__module__ = "klaw._core"
 "#;
 
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "KlawError",
     "InvalidInput",
     "StoreError",
@@ -43,6 +46,7 @@ pub const NAMES: [&str; 7] = [
     "StoreLocked",
     "ModelError",
     "ModelNotFound",
+    "Cancelled",
 ];
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -73,6 +77,7 @@ pub fn to_py(e: CoreError) -> PyErr {
         CoreError::Locked(_) => "StoreLocked",
         CoreError::Model(_) => "ModelError",
         CoreError::ModelNotFound(_) => "ModelNotFound",
+        CoreError::Cancelled => "Cancelled",
     };
     let msg = e.to_string();
     Python::attach(|py| match class(py, name) {

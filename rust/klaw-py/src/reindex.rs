@@ -2,11 +2,23 @@
 
 use crate::errors::to_py;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use std::path::PathBuf;
 
+/// What `rebuild_messages` did; `skipped_samples` holds the first skipped lines as
+/// (path, line, reason).
+#[pyclass(frozen, get_all, module = "klaw._core", name = "ReindexStats")]
+pub struct PyReindexStats {
+    files: u64,
+    lines: u64,
+    messages: u64,
+    duplicates: u64,
+    skipped: u64,
+    sessions: u64,
+    summaries: u64,
+    skipped_samples: Vec<(String, u64, String)>,
+}
+
 /// Builds a new database at `db_path` from `data_dir`'s conversations and summaries.
-/// Returns the counts and the first skipped lines (path, line, reason).
 #[pyfunction]
 #[pyo3(signature = (db_path, data_dir, dim = 384, default_model = "local/default".to_string(), progress = false))]
 pub fn rebuild_messages(
@@ -16,30 +28,30 @@ pub fn rebuild_messages(
     dim: usize,
     default_model: String,
     progress: bool,
-) -> PyResult<Bound<'_, PyDict>> {
+) -> PyResult<PyReindexStats> {
     let s = py
         .detach(|| {
             klaw_core::reindex::rebuild_into(&db_path, &data_dir, dim, &default_model, progress)
         })
         .map_err(to_py)?;
-    let d = PyDict::new(py);
-    d.set_item("files", s.files)?;
-    d.set_item("lines", s.lines)?;
-    d.set_item("messages", s.messages)?;
-    d.set_item("duplicates", s.duplicates)?;
-    d.set_item("skipped", s.skipped)?;
-    d.set_item("sessions", s.sessions)?;
-    d.set_item("summaries", s.summaries)?;
-    let samples: Vec<(String, u64, String)> = s
-        .skipped_samples
-        .into_iter()
-        .map(|k| (k.path, k.line, k.reason))
-        .collect();
-    d.set_item("skipped_samples", samples)?;
-    Ok(d)
+    Ok(PyReindexStats {
+        files: s.files,
+        lines: s.lines,
+        messages: s.messages,
+        duplicates: s.duplicates,
+        skipped: s.skipped,
+        sessions: s.sessions,
+        summaries: s.summaries,
+        skipped_samples: s
+            .skipped_samples
+            .into_iter()
+            .map(|k| (k.path, k.line, k.reason))
+            .collect(),
+    })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyReindexStats>()?;
     m.add_function(wrap_pyfunction!(rebuild_messages, m)?)?;
     Ok(())
 }

@@ -49,19 +49,133 @@ impl From<klaw_core::store::Hit> for PyHit {
     }
 }
 
-/// (path, source, hash, mtime, size) of an indexed file.
-pub type FileTuple = (String, String, String, f64, i64);
 pub type ChunkTuple = (String, Option<i64>, Option<i64>, Option<String>, String);
-pub type MessageTuple = (
-    String,
-    String,
-    String,
-    String,
-    Option<String>,
-    String,
-    Option<String>,
-    String,
-);
+
+/// One conversation message as klaw.db stores it (what reindex makes of a JSONL
+/// line); `metadata` is the `meta` object's JSON text.
+#[pyclass(frozen, get_all, module = "klaw._core", name = "Message")]
+#[derive(Clone)]
+pub struct PyMessage {
+    pub id: String,
+    pub channel: String,
+    pub chat_id: String,
+    pub role: String,
+    pub kind: Option<String>,
+    pub content: String,
+    pub metadata: Option<String>,
+    pub created_at: String,
+}
+
+#[pymethods]
+impl PyMessage {
+    #[new]
+    #[pyo3(signature = (*, id, channel, chat_id, role, content, created_at, kind = None, metadata = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        id: String,
+        channel: String,
+        chat_id: String,
+        role: String,
+        content: String,
+        created_at: String,
+        kind: Option<String>,
+        metadata: Option<String>,
+    ) -> Self {
+        PyMessage {
+            id,
+            channel,
+            chat_id,
+            role,
+            kind,
+            content,
+            metadata,
+            created_at,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Message(id={:?}, chat_id={:?}, role={:?}, kind={:?})",
+            self.id, self.chat_id, self.role, self.kind
+        )
+    }
+
+    fn __eq__(&self, other: &Self) -> bool {
+        self.id == other.id
+            && self.channel == other.channel
+            && self.chat_id == other.chat_id
+            && self.role == other.role
+            && self.kind == other.kind
+            && self.content == other.content
+            && self.metadata == other.metadata
+            && self.created_at == other.created_at
+    }
+}
+
+impl From<MessageRow> for PyMessage {
+    fn from(m: MessageRow) -> Self {
+        PyMessage {
+            id: m.id,
+            channel: m.channel,
+            chat_id: m.chat_id,
+            role: m.role,
+            kind: m.kind,
+            content: m.content,
+            metadata: m.metadata,
+            created_at: m.created_at,
+        }
+    }
+}
+
+impl From<PyMessage> for MessageRow {
+    fn from(m: PyMessage) -> Self {
+        MessageRow {
+            id: m.id,
+            channel: m.channel,
+            chat_id: m.chat_id,
+            role: m.role,
+            kind: m.kind,
+            content: m.content,
+            metadata: m.metadata,
+            created_at: m.created_at,
+        }
+    }
+}
+
+/// What klaw.db knows of an indexed file (to skip unchanged ones).
+#[pyclass(frozen, get_all, module = "klaw._core", name = "FileState")]
+pub struct PyFileState {
+    pub path: String,
+    pub source: String,
+    pub hash: String,
+    pub mtime: f64,
+    pub size: i64,
+}
+
+#[pymethods]
+impl PyFileState {
+    fn __repr__(&self) -> String {
+        format!("FileState(path={:?}, hash={:?})", self.path, self.hash)
+    }
+}
+
+/// A chat's current session: its model and where its segment starts.
+#[pyclass(frozen, get_all, module = "klaw._core", name = "Session")]
+pub struct PySession {
+    pub model: String,
+    pub segment_start: String,
+    pub created_at: String,
+}
+
+#[pymethods]
+impl PySession {
+    fn __repr__(&self) -> String {
+        format!(
+            "Session(model={:?}, segment_start={:?})",
+            self.model, self.segment_start
+        )
+    }
+}
 
 fn chunks_from(t: Vec<ChunkTuple>) -> Vec<NewChunk> {
     t.into_iter()
@@ -98,22 +212,15 @@ fn iso(name: &str, v: Option<String>) -> PyResult<Option<i64>> {
     .transpose()
 }
 
-fn msg_tuple(m: MessageRow) -> MessageTuple {
-    (
-        m.id,
-        m.channel,
-        m.chat_id,
-        m.role,
-        m.kind,
-        m.content,
-        m.metadata,
-        m.created_at,
-    )
-}
-
 #[pyclass(frozen, module = "klaw._core", name = "Store")]
 pub struct PyStore {
     inner: Store,
+}
+
+impl PyStore {
+    pub(crate) fn core(&self) -> &Store {
+        &self.inner
+    }
 }
 
 #[pymethods]
@@ -146,16 +253,29 @@ impl PyStore {
         py.detach(|| self.inner.close()).map_err(to_py)
     }
 
-    fn file_state(&self, py: Python<'_>, path: String) -> PyResult<Option<(String, f64, i64)>> {
+    /// The indexed state of `path` (its `source` is left empty), or None.
+    fn file_state(&self, py: Python<'_>, path: String) -> PyResult<Option<PyFileState>> {
         let s = py.detach(|| self.inner.file_state(&path)).map_err(to_py)?;
-        Ok(s.map(|s| (s.hash, s.mtime, s.size)))
+        Ok(s.map(|s| PyFileState {
+            path,
+            source: String::new(),
+            hash: s.hash,
+            mtime: s.mtime,
+            size: s.size,
+        }))
     }
 
-    fn list_files(&self, py: Python<'_>) -> PyResult<Vec<FileTuple>> {
+    fn list_files(&self, py: Python<'_>) -> PyResult<Vec<PyFileState>> {
         let rows = py.detach(|| self.inner.list_files()).map_err(to_py)?;
         Ok(rows
             .into_iter()
-            .map(|(p, src, s)| (p, src, s.hash, s.mtime, s.size))
+            .map(|(path, source, s)| PyFileState {
+                path,
+                source,
+                hash: s.hash,
+                mtime: s.mtime,
+                size: s.size,
+            })
             .collect())
     }
 
@@ -301,22 +421,8 @@ impl PyStore {
         Ok(hits.into_iter().map(PyHit::from).collect())
     }
 
-    fn insert_messages(&self, py: Python<'_>, rows: Vec<MessageTuple>) -> PyResult<usize> {
-        let rows: Vec<MessageRow> = rows
-            .into_iter()
-            .map(
-                |(id, channel, chat_id, role, kind, content, metadata, created_at)| MessageRow {
-                    id,
-                    channel,
-                    chat_id,
-                    role,
-                    kind,
-                    content,
-                    metadata,
-                    created_at,
-                },
-            )
-            .collect();
+    fn insert_messages(&self, py: Python<'_>, rows: Vec<PyMessage>) -> PyResult<usize> {
+        let rows: Vec<MessageRow> = rows.into_iter().map(MessageRow::from).collect();
         py.detach(|| self.inner.insert_messages(&rows))
             .map_err(to_py)
     }
@@ -332,14 +438,14 @@ impl PyStore {
         chat_id: String,
         since: Option<String>,
         limit: usize,
-    ) -> PyResult<Vec<MessageTuple>> {
+    ) -> PyResult<Vec<PyMessage>> {
         let rows = py
             .detach(|| {
                 self.inner
                     .recent_messages(&chat_id, since.as_deref(), limit)
             })
             .map_err(to_py)?;
-        Ok(rows.into_iter().map(msg_tuple).collect())
+        Ok(rows.into_iter().map(PyMessage::from).collect())
     }
 
     #[pyo3(signature = (query, limit = 20))]
@@ -348,11 +454,11 @@ impl PyStore {
         py: Python<'_>,
         query: String,
         limit: usize,
-    ) -> PyResult<Vec<MessageTuple>> {
+    ) -> PyResult<Vec<PyMessage>> {
         let rows = py
             .detach(|| self.inner.search_messages(&query, limit))
             .map_err(to_py)?;
-        Ok(rows.into_iter().map(msg_tuple).collect())
+        Ok(rows.into_iter().map(PyMessage::from).collect())
     }
 
     fn upsert_session(
@@ -370,13 +476,15 @@ impl PyStore {
         .map_err(to_py)
     }
 
-    fn get_session(
-        &self,
-        py: Python<'_>,
-        chat_id: String,
-    ) -> PyResult<Option<(String, String, String)>> {
-        py.detach(|| self.inner.get_session(&chat_id))
-            .map_err(to_py)
+    fn get_session(&self, py: Python<'_>, chat_id: String) -> PyResult<Option<PySession>> {
+        let s = py
+            .detach(|| self.inner.get_session(&chat_id))
+            .map_err(to_py)?;
+        Ok(s.map(|(model, segment_start, created_at)| PySession {
+            model,
+            segment_start,
+            created_at,
+        }))
     }
 
     #[pyo3(signature = (chat_id, from_id, to_id, file_path, created_at))]
@@ -493,6 +601,9 @@ pub fn analyze(py: Python<'_>, text: String, query: bool) -> Vec<String> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStore>()?;
     m.add_class::<PyHit>()?;
+    m.add_class::<PyMessage>()?;
+    m.add_class::<PyFileState>()?;
+    m.add_class::<PySession>()?;
     m.add_function(wrap_pyfunction!(pack_f32, m)?)?;
     m.add_function(wrap_pyfunction!(unpack_f32, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
