@@ -22,6 +22,7 @@ __all__ = [
     "create_exclusive",
     "ensure_writable_dir",
     "fsync_dir",
+    "replace_durably",
     "temp_name",
     "temp_path",
 ]
@@ -152,16 +153,23 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     tmp = temp_path(target)
     try:
         yield tmp
-        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
+        replace_durably(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(target.parent)
+
+
+def replace_durably(tmp: Path | str, target: Path | str) -> None:
+    """Moves the finished file `tmp` over `target` so that a crash leaves either the
+    old file or the whole new one: fsync `tmp`, rename, fsync the directory. Blocking:
+    from asyncio, call it in a thread (a large file's fsync takes a while on an SD card)."""
+    fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    fsync_dir(Path(target).parent)
 
 
 def ensure_writable_dir(path: Path) -> None:

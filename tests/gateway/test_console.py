@@ -196,7 +196,7 @@ async def test_two_clients_both_receive(served: Served) -> None:
     await served.channel.send(CHAT, "to both")
     for c in (a, b):
         assert await c.recv() == {"type": "typing"}
-        assert await c.recv() == {"type": "reply", "text": "to both"}
+        assert await c.recv() == {"type": "reply", "text": "to both", "queued": False}
     await b.say("from b")
     await a.say("from a")
     got = {(await served.next()).content, (await served.next()).content}
@@ -223,8 +223,8 @@ async def test_replies_wait_for_a_client(served: Served) -> None:
     b = await Client.connect(served.channel.socket_path)
     await b.hello()
     await served.channel.send(CHAT, "new")
-    assert await a.recv() == {"type": "reply", "text": "new"}
-    assert await b.recv() == {"type": "reply", "text": "new"}
+    assert await a.recv() == {"type": "reply", "text": "new", "queued": False}
+    assert await b.recv() == {"type": "reply", "text": "new", "queued": False}
     await a.close()
     await b.close()
 
@@ -235,7 +235,7 @@ async def test_typing_without_a_client_is_dropped(served: Served) -> None:
     c = await Client.connect(served.channel.socket_path)
     await c.hello()
     await served.channel.send(CHAT, "x")
-    assert await c.recv() == {"type": "reply", "text": "x"}
+    assert await c.recv() == {"type": "reply", "text": "x", "queued": False}
     await c.close()
 
 
@@ -243,12 +243,15 @@ async def test_bad_lines_get_an_error_and_the_connection_lives(served: Served) -
     c = await Client.connect(served.channel.socket_path)
     await c.hello()
     for bad, expect in [
-        (b"not json\n", "not JSON"),
+        (b"not json\n", "not valid JSON"),
         (b"[1, 2]\n", "JSON object"),
         (b'{"type":"shout","text":"x"}\n', "unknown message type"),
-        (b'{"type":"say","text":5}\n', '"text" string'),
-        (b'{"type":"say"}\n', '"text" string'),
-        (b"\xff\xfe\n", "not UTF-8"),
+        (b'{"type":"say","text":5}\n', "invalid say message: text"),
+        (b'{"type":"say"}\n', "invalid say message: text: Field required"),
+        (b'{"type":"reply","text":"x"}\n', "comes from the gateway"),
+        (b"\xff\xfe\n", "not valid UTF-8"),
+        (b'{"type":"say","text":"\\ud800"}\n', "surrogate"),
+        (b"[" * 100_000 + b"\n", "nested too deeply"),
     ]:
         await c.raw(bad)
         msg = await c.recv()

@@ -19,7 +19,6 @@ Start-up stays light: only the standard library and `klaw.paths` are imported he
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -27,9 +26,20 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from klaw.paths import KlawPaths
+from klaw.wire.console import (
+    ConsoleError,
+    ConsoleMessage,
+    Hello,
+    Reply,
+    Say,
+    Typing,
+    decode_console,
+    encode_console,
+)
+from klaw.wire.protocol import ProtocolError
 
 __all__ = ["chat"]
 
@@ -159,18 +169,17 @@ class _Session:
 
     def send(self, text: str) -> None:
         self.replied.clear()
-        self.sock.sendall(json.dumps({"type": "say", "text": text}).encode() + b"\n")
+        self.sock.sendall(encode_console(Say(text=text)))
 
     def read(self, stream: BinaryIO) -> None:
         """The reader thread: prints what the gateway sends until the connection ends."""
         try:
             for raw in stream:
                 try:
-                    msg = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(msg, dict):
-                    self._handle(msg)
+                    msg = decode_console(raw)
+                except ProtocolError:
+                    continue  # a newer gateway's message type, or damage: skip it
+                self._handle(msg)
         except (OSError, ValueError):
             pass  # closed under us while leaving
         self.closed.set()
@@ -199,23 +208,19 @@ class _Session:
         if not self.leaving:
             raise _GatewayGone
 
-    def _handle(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if kind == "reply":
-            text = str(msg.get("text", ""))
-            if msg.get("queued") and not self.screen.away_shown:
+    def _handle(self, msg: ConsoleMessage) -> None:
+        if isinstance(msg, Reply):
+            if msg.queued and not self.screen.away_shown:
                 self.screen.away_shown = True
                 self.screen.show("(while you were away)")
-            self.screen.show(text)
+            self.screen.show(msg.text)
             self.replied.set()
-        elif kind == "typing":
+        elif isinstance(msg, Typing):
             self.screen.typing()
-        elif kind == "error":
-            self.screen.show(f"error: {msg.get('message', '')}")
-        elif kind == "hello":
-            commands = msg.get("commands")
-            names = [f"/{c[0]}" for c in commands or () if isinstance(c, list) and c and c[0]]
-            self.hint(names)
+        elif isinstance(msg, ConsoleError):
+            self.screen.show(f"error: {msg.message}")
+        elif isinstance(msg, Hello):
+            self.hint([f"/{name}" for name, _ in msg.commands if name])
             self.hello.set()
 
     def hint(self, commands: list[str]) -> None:

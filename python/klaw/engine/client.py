@@ -27,7 +27,6 @@ from klaw.wire.protocol import (
     SessionsResult,
     Status,
     StatusResult,
-    decode,
     encode,
 )
 
@@ -106,15 +105,11 @@ async def request(paths: KlawPaths, msg: Request, timeout: float = DEFAULT_TIMEO
 async def _read_reply(lines: LineReader, ref: str) -> Message:
     while True:
         try:
-            line = await lines.readline()
+            msg = await lines.message()
         except ProtocolError as exc:
             raise EngineRequestError(exc.code, exc.message) from exc
-        if line is None:
+        if msg is None:
             raise EngineNotRunning("the engine closed the connection without answering")
-        try:
-            msg = decode(line, MAX_ENGINE_LINE_BYTES)
-        except ProtocolError as exc:
-            raise EngineRequestError(exc.code, exc.message) from exc
         if getattr(msg, "id", None) == ref or (isinstance(msg, Error) and msg.ref in (ref, None)):
             return msg
         # Anything else (e.g. a `shutdown` notice) is not our answer: keep reading.

@@ -56,7 +56,6 @@ from klaw.wire.protocol import (
     Shutdown,
     Status,
     StatusResult,
-    decode,
     encode,
     error_for,
 )
@@ -281,7 +280,7 @@ class EngineServer:
         while True:
             idle = None if conn is self._gateway else self.idle_timeout_s
             try:
-                line = await asyncio.wait_for(conn.lines.readline(), idle)
+                msg = await asyncio.wait_for(conn.lines.message(), idle)
             except TimeoutError:
                 await conn.send(
                     Error(code=ErrorCode.IDLE, message=f"nothing sent for {idle:.0f} s; closing")
@@ -293,16 +292,8 @@ class EngineServer:
                 continue
             except (ConnectionError, OSError):
                 return
-            if line is None:
+            if msg is None:
                 return
-            if not line.strip():
-                continue
-            try:
-                msg = decode(line)
-            except ProtocolError as exc:
-                log.warning("bad message: %s", exc)
-                await conn.send(error_for(exc))
-                continue
             await self._dispatch(conn, msg)
 
     async def _dispatch(self, conn: _Connection, msg: Message) -> None:

@@ -4,18 +4,9 @@ The gateway serves `KlawPaths.console_socket`; any number of `klaw chat` clients
 the same OS user connect to it (two terminals see the same conversation). The chat
 is ``console_{user}``, `user` being the OS login name reduced to ``[a-z0-9_]``.
 
-Wire format: UTF-8 JSON objects, one a line, at most `MAX_LINE_BYTES` bytes each.
-
-    client → gateway   {"type":"say","text":"..."}
-    gateway → client   {"type":"hello","commands":[["new","New session"],...]}
-                           on connect, and again when the command menu changes
-                       {"type":"reply","text":"..."}
-                           a reply or a push; ``"queued": true`` marks one that waited
-                           for a client while none was connected
-                       {"type":"typing"}
-                           the agent is working on an answer
-                       {"type":"error","message":"..."}
-                           a line could not be taken; the connection stays open
+Wire format: `klaw.wire.console` (typed; shared with the `klaw chat` client). A
+line that is too long or not a ``say`` gets an ``error`` back and the connection
+stays open.
 
 A ``say`` whose text starts with ``/name`` (``[A-Za-z0-9_]``) is a command:
 ``/model glm/glm-5`` is command "model", args "glm/glm-5". Blank text is ignored.
@@ -28,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
-import json
 import logging
 import os
 import re
@@ -43,7 +33,16 @@ from typing import Any, Final
 
 from klaw.errors import KlawError
 from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
-from klaw.wire.protocol import MAX_LINE_BYTES, LineReader, LineTooLong
+from klaw.wire.console import (
+    ConsoleError,
+    Hello,
+    Reply,
+    Say,
+    Typing,
+    decode_console,
+    encode_console,
+)
+from klaw.wire.protocol import MAX_LINE_BYTES, LineReader, ProtocolError, UnknownType
 
 __all__ = [
     "BACKLOG",
@@ -75,14 +74,6 @@ def console_user(name: str | None = None) -> str:
             name = f"uid{os.getuid()}"
     user = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_")[:64]
     return user or "user"
-
-
-def _encode(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, ensure_ascii=False).encode() + b"\n"
-
-
-class _BadLine(Exception):
-    """A client line that is not a valid `say`; the message goes back as an error."""
 
 
 class _Client:
@@ -118,7 +109,7 @@ class _Client:
         return True
 
     async def error(self, message: str) -> None:
-        await self.send(_encode({"type": "error", "message": message}))
+        await self.send(encode_console(ConsoleError(message=message)))
 
     async def close(self) -> None:
         self.writer.close()
@@ -182,7 +173,7 @@ class ConsoleChannel:
 
     async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> None:
         self._check_chat(chat_id)
-        sent = await self._broadcast(_encode({"type": "reply", "text": text}))
+        sent = await self._broadcast(encode_console(Reply(text=text)))
         if sent:
             log.debug("reply of %d chars to %d console client(s)", len(text), sent)
             return
@@ -196,7 +187,7 @@ class ConsoleChannel:
 
     async def typing(self, chat_id: str) -> None:
         self._check_chat(chat_id)
-        await self._broadcast(_encode({"type": "typing"}))
+        await self._broadcast(encode_console(Typing()))
 
     async def set_commands(self, commands: Sequence[tuple[str, str]]) -> None:
         new = [(str(name), str(description)) for name, description in commands]
@@ -293,7 +284,7 @@ class ConsoleChannel:
     # --- clients --------------------------------------------------------------
 
     def _hello(self) -> bytes:
-        return _encode({"type": "hello", "commands": [list(c) for c in self._commands]})
+        return encode_console(Hello(commands=list(self._commands)))
 
     def _accept(self, sock: socket.socket) -> None:
         """Accepts waiting clients (a reader callback, not a task: every accepted socket
@@ -338,7 +329,7 @@ class ConsoleChannel:
         backlog = list(self._pending)
         self._pending.clear()
         for text in backlog:
-            client.write(_encode({"type": "reply", "text": text, "queued": True}))
+            client.write(encode_console(Reply(text=text, queued=True)))
         self._clients.add(client)
         log.info(
             "console client connected (%d connected, %d waiting replies delivered)",
@@ -362,43 +353,22 @@ class ConsoleChannel:
         while True:
             try:
                 line = await client.lines.readline()
-            except LineTooLong as exc:
-                log.warning("console: %s", exc)
-                await client.error(str(exc))
+                if line is None:
+                    return
+                if not line.strip():
+                    continue
+                msg = decode_console(line)
+                if not isinstance(msg, Say):
+                    raise UnknownType(f'{msg.type!r} comes from the gateway: send "say"')
+            except ProtocolError as exc:  # too long, not JSON, not a "say"...
+                log.warning("console: bad line: %s", exc)
+                await client.error(exc.message)
                 continue
             except (ConnectionError, OSError):
                 return
-            if line is None:
-                return
-            if not line.strip():
-                continue
-            try:
-                text = self._parse(line)
-            except _BadLine as exc:
-                log.warning("console: bad line: %s", exc)
-                await client.error(str(exc))
-                continue
-            incoming = self._normalise(text)
+            incoming = self._normalise(msg.text)
             if incoming is not None:
                 await self._deliver(client, incoming)
-
-    @staticmethod
-    def _parse(line: bytes) -> str:
-        try:
-            obj = json.loads(line.decode())
-        except UnicodeDecodeError as exc:
-            raise _BadLine("the line is not UTF-8") from exc
-        except json.JSONDecodeError as exc:
-            raise _BadLine(f"the line is not JSON: {exc.msg} at column {exc.colno}") from exc
-        if not isinstance(obj, dict):
-            raise _BadLine('expected a JSON object like {"type":"say","text":"..."}')
-        kind = obj.get("type")
-        if kind != "say":
-            raise _BadLine(f'unknown message type {kind!r}: the console takes only "say"')
-        text = obj.get("text")
-        if not isinstance(text, str):
-            raise _BadLine('"say" needs a "text" string')
-        return text
 
     def _normalise(self, text: str) -> Incoming | None:
         text = text.strip()

@@ -31,6 +31,7 @@ from klaw.gateway.access import Access, Approvals, Pairings
 from klaw.gateway.buffer import Buffer
 from klaw.gateway.channel import Channel, ChannelSendError, Incoming
 from klaw.gateway.logbook import LogBook
+from klaw.retry import Backoff
 from klaw.wire.loglines import inbound_line, outbound_line
 from klaw.wire.protocol import (
     MAX_ENGINE_LINE_BYTES,
@@ -49,7 +50,6 @@ from klaw.wire.protocol import (
     Register,
     Registered,
     Shutdown,
-    decode,
     encode,
     new_id,
 )
@@ -313,37 +313,37 @@ class Gateway:
     # ------------------------------------------------------------------ engine link
 
     async def _engine_loop(self) -> None:
-        delay = self.timings.reconnect_initial_s
+        backoff = Backoff(self.timings.reconnect_initial_s, 2.0, self.timings.reconnect_max_s)
+        failures = 0  # consecutive connections that did not reach a registration
         while True:
             try:
                 reader, writer = await asyncio.open_unix_connection(str(self.paths.socket))
             except OSError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.timings.reconnect_max_s)
+                failures += 1
+                await asyncio.sleep(backoff.delay(failures))
                 continue
             try:
                 lines = LineReader(reader, MAX_ENGINE_LINE_BYTES)
                 if await self._register(lines, writer):
-                    delay = self.timings.reconnect_initial_s
+                    failures = 0
                     await self._read(lines)
             except (ConnectionError, OSError) as exc:
                 log.warning("engine connection lost: %s", exc)
             finally:
                 await self._disconnect(writer)
             log.info("engine disconnected; %d message(s) buffered", len(self.buffer))
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.timings.reconnect_max_s)
+            failures += 1
+            await asyncio.sleep(backoff.delay(failures))
 
     async def _register(self, lines: LineReader, writer: asyncio.StreamWriter) -> bool:
         writer.write(encode(Register(channels=list(self.channels))))
         await writer.drain()
-        line = await asyncio.wait_for(lines.readline(), self.timings.register_timeout_s)
-        if line is None:
-            return False
         try:
-            reply = decode(line, MAX_ENGINE_LINE_BYTES)
+            reply = await asyncio.wait_for(lines.message(), self.timings.register_timeout_s)
         except ProtocolError as exc:
             log.error("engine sent a bad registration reply: %s", exc)
+            return False
+        if reply is None:
             return False
         if isinstance(reply, Shutdown):
             log.info("the engine is shutting down; retrying later")
@@ -404,19 +404,12 @@ class Gateway:
     async def _read(self, lines: LineReader) -> None:
         while True:
             try:
-                line = await lines.readline()
+                msg = await lines.message()
             except ProtocolError as exc:
                 log.warning("bad line from the engine: %s", exc)
                 continue
-            if line is None:
+            if msg is None:
                 return
-            if not line.strip():
-                continue
-            try:
-                msg = decode(line, MAX_ENGINE_LINE_BYTES)
-            except ProtocolError as exc:
-                log.warning("bad message from the engine: %s", exc)
-                continue
             if isinstance(msg, Outbound):
                 self._spawn(self._outbound(msg), f"klaw-outbound-{msg.id}")
             elif isinstance(msg, Error):

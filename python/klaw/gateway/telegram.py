@@ -22,7 +22,6 @@ import contextlib
 import enum
 import errno
 import logging
-import os
 import re
 import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,6 +31,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 
 from klaw.config import TelegramConfig
 from klaw.errors import KlawError
+from klaw.fsutil import replace_durably
 from klaw.gateway.botapi import (
     BotApi,
     BotApiBadRequest,
@@ -166,6 +166,7 @@ class TelegramChannel:
         self._attempts = max(1, attempts)
         self._backoff = backoff
         self._max_backoff = max_backoff
+        self._retry_backoff = Backoff(backoff, 2.0, max_backoff)
         self._max_retry_after = max_retry_after
         self._max_deliveries = max(1, max_deliveries)
         # Whether a chat ("telegram_123") may be served: files of others are not
@@ -191,7 +192,7 @@ class TelegramChannel:
         try:
             await self._identify()
             log.info("telegram: polling as @%s", self._username)
-            delay = self._backoff
+            failures = 0
             while not self._closed:
                 try:
                     result = await self._api.call(
@@ -206,24 +207,26 @@ class TelegramChannel:
                 except BotApiUnauthorized as exc:
                     raise self._fatal(exc) from None
                 except BotApiException as exc:
-                    delay = await self._pause("getUpdates", exc, delay)
+                    failures += 1
+                    await self._pause("getUpdates", exc, failures)
                     continue
                 self._sent_offset = self._offset
-                delay = self._backoff
+                failures = 0
                 updates = [u for u in _list(result) if isinstance(u, dict)]
                 await self._handle_batch(updates, on_message)
         finally:
             self._listening = False
 
     async def _identify(self) -> None:
-        delay = self._backoff
+        failures = 0
         while self._username is None:
             try:
                 me = await self._api.call("getMe")
             except BotApiUnauthorized as exc:
                 raise self._fatal(exc) from None
             except BotApiException as exc:
-                delay = await self._pause("getMe", exc, delay)
+                failures += 1
+                await self._pause("getMe", exc, failures)
                 continue
             self._username = (_str(me, "username") if isinstance(me, dict) else None) or ""
 
@@ -233,13 +236,13 @@ class TelegramChannel:
             "channels.telegram.token and api_server in gateway.yaml"
         )
 
-    async def _pause(self, what: str, exc: Exception, delay: float) -> float:
-        """Waits out a failed poll; returns the next backoff."""
+    async def _pause(self, what: str, exc: Exception, failures: int) -> None:
+        """Waits out the `failures`-th failed poll in a row (Telegram's own wait for a
+        429, else the backoff)."""
         if isinstance(exc, BotApiRetryAfter):
-            wait = exc.retry_after
+            wait = float(exc.retry_after)
         else:
-            wait = delay
-            delay = min(delay * 2, self._max_backoff)
+            wait = self._retry_backoff.delay(failures)
         hint = ""
         if isinstance(exc, BotApiConflict):
             hint = " (another instance polls this bot, or a webhook is set)"
@@ -247,7 +250,6 @@ class TelegramChannel:
             "telegram: %s failed: %s%s; retrying in %.1fs", what, self._describe(exc), hint, wait
         )
         await asyncio.sleep(wait)
-        return delay
 
     async def _handle_batch(self, updates: list[Json], on_message: OnMessage) -> None:
         """Handles one getUpdates batch and moves the offset past what is done.
@@ -320,7 +322,7 @@ class TelegramChannel:
 
     async def _storage_outage(self, update: Json, update_id: int, exc: OSError) -> None:
         self._outage += 1
-        wait = Backoff(self._backoff, 2.0, self._max_backoff).delay(self._outage)
+        wait = self._retry_backoff.delay(self._outage)
         if self._outage == 1 or self._outage % 20 == 0:
             log.error(
                 "telegram: cannot store update %d (%s); it stays with Telegram and is "
@@ -349,7 +351,7 @@ class TelegramChannel:
         failures = self._deliveries.get(update_id, 0) + 1
         if failures < self._max_deliveries:
             self._deliveries[update_id] = failures
-            wait = Backoff(self._backoff, 2.0, self._max_backoff).delay(failures)
+            wait = self._retry_backoff.delay(failures)
             self._retry_at[update_id] = asyncio.get_running_loop().time() + wait
             log.exception(
                 "telegram: handling update %d failed (try %d of %d); retrying in %.1fs",
@@ -488,7 +490,9 @@ class TelegramChannel:
             raise TelegramError(f"downloading {ident} failed: {self._describe(exc)}") from exc
         if size is None:
             return None
-        os.replace(partial, target)
+        # Durable before the message that names it is stored (off the loop: the fsync
+        # of a 20 MB file takes a while on an SD card).
+        await asyncio.to_thread(replace_durably, partial, target)
         log.debug("telegram: saved %d bytes for %s", size, ident)
         return Attachment(path=str(target), mime=mime, name=_clean_name(original), size=size)
 
@@ -599,7 +603,7 @@ class TelegramChannel:
         return await retry(
             make,
             attempts=None if until_sent else self._attempts,
-            backoff=Backoff(self._backoff, 2.0, self._max_backoff),
+            backoff=self._retry_backoff,
             retryable=lambda exc: isinstance(
                 exc, BotApiRetryAfter | BotApiNetworkError | BotApiServerError
             ),

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from klaw import _core
 from klaw.errors import Cancelled, InvalidInput
+from klaw.fsutil import atomic_write
 from klaw.lock import EngineLock
 from klaw.memory.dbfile import check_db_file
 from klaw.memory.embedding import EmbeddingBackend, OllamaBackend, OnnxBackend
@@ -404,9 +405,7 @@ class Memory:
         if p in known:
             return
         self._imports_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._imports_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps([str(x) for x in [*known, p]], indent=1))
-        os.replace(tmp, self._imports_file)
+        atomic_write(self._imports_file, json.dumps([str(x) for x in [*known, p]], indent=1))
 
     # --- reading ---------------------------------------------------------
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from klaw.fsutil import fsync_dir
+from klaw.fsutil import fsync_dir, replace_durably
 
 log = logging.getLogger("klaw.reindex")
 
@@ -71,12 +70,7 @@ def swap_in(tmp: Path, db: Path) -> None:
     for suffix in ("-wal", "-shm"):
         db.with_name(db.name + suffix).unlink(missing_ok=True)
         tmp.with_name(tmp.name + suffix).unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, db)
+    replace_durably(tmp, db)
     old_kw = _keyword_dir(db)
     new_kw = _keyword_dir(tmp)
     trash = db.with_name(db.name + ".keyword.old")

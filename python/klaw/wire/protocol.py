@@ -97,6 +97,7 @@ __all__ = [
     "decode",
     "encode",
     "error_for",
+    "json_object",
     "new_id",
 ]
 
@@ -448,8 +449,10 @@ def _ref(obj: dict[str, Any]) -> str | None:
     return ref if isinstance(ref, str) else None
 
 
-def decode(line: bytes, limit: int = MAX_LINE_BYTES) -> Message:
-    """Parses one line (trailing newline optional); raises a `ProtocolError` subclass."""
+def json_object(line: bytes, limit: int = MAX_LINE_BYTES) -> dict[str, Any]:
+    """One line (trailing newline optional) as a JSON object: UTF-8, valid JSON, valid
+    Unicode, not nested past the parser's depth. Raises a `ProtocolError` subclass.
+    Shared by the engine protocol and the console's (`klaw.wire.console`)."""
     body = line.rstrip(b"\r\n")
     if len(body) > limit:
         raise LineTooLong(f"line of {len(body)} bytes is over the {limit}-byte limit")
@@ -470,6 +473,12 @@ def decode(line: bytes, limit: int = MAX_LINE_BYTES) -> Message:
         raise InvalidJson("line holds a lone UTF-16 surrogate escape: not valid Unicode")
     if not isinstance(obj, dict):
         raise InvalidMessage(f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def decode(line: bytes, limit: int = MAX_LINE_BYTES) -> Message:
+    """Parses one line (trailing newline optional); raises a `ProtocolError` subclass."""
+    obj = json_object(line, limit)
     kind = obj.get("type")
     if not isinstance(kind, str):
         raise InvalidMessage('message has no "type" field', _ref(obj))
@@ -511,6 +520,18 @@ class LineReader:
         self._max = max_line
         self._buf = bytearray()
         self._scanned = 0
+
+    async def message(self) -> Message | None:
+        """The next message; None at end of stream. Blank lines are skipped. A line
+        that is too long or does not decode raises its `ProtocolError`; the stream
+        stays usable, so the caller reports it and reads on. (The one read-and-decode
+        loop of the engine server, the gateway's engine link and the CLI client.)"""
+        while True:
+            line = await self.readline()
+            if line is None:
+                return None
+            if line.strip():
+                return decode(line, self._max)
 
     async def readline(self) -> bytes | None:
         """The next line without its newline; None at end of stream."""
