@@ -657,6 +657,36 @@ async def test_a_lone_surrogate_is_stored_replaced_and_holds_nobody_up(
     assert second.content == "innocent"
 
 
+async def test_a_failing_update_holds_up_only_its_own_chat(
+    fake_telegram: FakeTelegram, inbox: Path
+) -> None:
+    """Order within a chat is kept: A's first message fails once, so A's second one
+    waits behind it (other chats go on); after the retry A's come in order."""
+    channel = make_channel(fake_telegram, inbox, backoff=0.2, max_backoff=0.2)
+    received: asyncio.Queue[Incoming] = asyncio.Queue()
+    failed: list[str] = []
+
+    async def on_message(inc: Incoming) -> None:
+        if inc.content == "a1" and not failed:
+            failed.append(inc.content)
+            raise RuntimeError("a passing failure")
+        await received.put(inc)
+
+    fake_telegram.text(CHAT, "a1")
+    fake_telegram.text(CHAT, "a2")
+    fake_telegram.text(CHAT + 1, "b1")
+    task = asyncio.create_task(channel.listen(on_message))
+    try:
+        got = [(await asyncio.wait_for(received.get(), 10)).content for _ in range(3)]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await channel.close()
+    assert failed == ["a1"]
+    assert got == ["b1", "a1", "a2"]
+
+
 async def test_a_failing_update_does_not_hold_up_other_chats(
     fake_telegram: FakeTelegram, inbox: Path
 ) -> None:

@@ -263,6 +263,7 @@ class TelegramChannel:
         """
         loop = asyncio.get_running_loop()
         waiting: int | None = None  # the oldest update of this batch still to be done
+        held: set[int] = set()  # chats with an earlier update still to be done
         delivered = False
         for update in updates:
             update_id = _int(update, "update_id")
@@ -274,9 +275,14 @@ class TelegramChannel:
                     self._handled.discard(update_id)
                     self._offset = update_id + 1
                 continue
+            chat = _int(_obj(_obj(update, "message"), "chat"), "id")
             due = self._retry_at.get(update_id)
-            if due is not None and due > loop.time():
+            if (due is not None and due > loop.time()) or chat in held:
+                # Its retry is not due, or an earlier message of its chat is not done
+                # yet: order within a chat is kept, other chats go on.
                 waiting = update_id if waiting is None else waiting
+                if chat is not None:
+                    held.add(chat)
                 continue
             outcome = await self._deliver(update, update_id, on_message)
             if outcome is _Outcome.STALLED:
@@ -284,6 +290,8 @@ class TelegramChannel:
             delivered = True
             if outcome is _Outcome.RETRY:
                 waiting = update_id if waiting is None else waiting
+                if chat is not None:
+                    held.add(chat)
             elif waiting is None:
                 self._offset = update_id + 1
             else:
