@@ -4,7 +4,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    // At run time, not `env!`: a build-script binary compiled in another checkout
+    // (a CI clone sharing CARGO_TARGET_DIR) is reused by cargo, and a path baked in
+    // at its compile time would point at that other, perhaps deleted, checkout.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
+    let docs = Path::new(&manifest).join("../../docs");
     println!("cargo:rerun-if-changed={}", docs.display());
     let mut names: Vec<String> = std::fs::read_dir(&docs)
         .map(|dir| {
@@ -16,6 +20,12 @@ fn main() {
         })
         .unwrap_or_default();
     names.sort();
+    if names.is_empty() {
+        println!(
+            "cargo:warning=no docs/*.md under {}: docs_search will have nothing to search",
+            docs.display()
+        );
+    }
     let mut out = String::from("&[\n");
     for name in &names {
         let path = docs.join(name);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -411,3 +412,58 @@ async def test_a_turn_sees_the_earlier_reply_before_its_own_message(
     await asyncio.wait_for(asyncio.gather(ta, ts_, tb), T)
     second = [(m["role"], m.get("content")) for m in llm.requests[1]["messages"][1:]]
     assert second == [("user", "text A"), ("assistant", "answer to A"), ("user", "text B")]
+
+
+class _GatedStore:
+    """klaw.db with one message's insert held after it is written (instrumentation:
+    every call goes to the real store), so a turn can run while that message is stored
+    but not yet queued."""
+
+    def __init__(self, store: Any, held_id: str) -> None:
+        self._store = store
+        self.held_id = held_id
+        self.stored = threading.Event()
+        self.release = threading.Event()
+
+    def insert_messages(self, rows: list[Any]) -> int:
+        n = self._store.insert_messages(rows)
+        if any(r.id == self.held_id for r in rows):
+            self.stored.set()
+            self.release.wait(T)
+        return n
+
+    def recent_messages(self, *args: Any) -> Any:
+        # A turn reads its window only once the held message is in klaw.db.
+        self.stored.wait(T)
+        return self._store.recent_messages(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_a_message_stored_but_not_queued_stays_out_of_a_running_turn(
+    make_pipeline: Any, memory: Memory, llm: FakeLLM
+) -> None:
+    """Found by the e2e replay test under load: B was in klaw.db but not yet queued
+    when A's turn read its window, so A's turn answered "B, A" (B first: A is its own
+    and goes last) and B then got a turn of its own."""
+    pipeline = make_pipeline(debounceMs=0)
+    gated = _GatedStore(memory.store, "b")
+    memory.store = gated  # type: ignore[assignment]
+    llm.hold = asyncio.Event()
+    llm.answer("reply A")
+    llm.answer("reply B")
+    out = Outbox()
+    now = datetime.now(UTC).replace(microsecond=0)  # the same second for both
+    ta = asyncio.create_task(pipeline.handle(inbound("a", "question A", ts=now), out))
+    await asyncio.wait_for(_until(lambda: "a" in pipeline._active), T)
+    tb = asyncio.create_task(pipeline.handle(inbound("b", "question B", ts=now), out))
+    # A's turn reads its window after B is in klaw.db and before B is queued.
+    await asyncio.wait_for(llm.arrived.wait(), T)
+    gated.release.set()
+    llm.hold.set()
+    await asyncio.wait_for(asyncio.gather(ta, tb), T)
+    memory.store = gated._store
+    turns = [[m["content"] for m in r["messages"] if m["role"] == "user"] for r in llm.requests]
+    assert turns == [["question A"], ["question A", "question B"]]
+    assert [o.answers for o in out.sent if isinstance(o, Outbound)] == [["a"], ["b"]]

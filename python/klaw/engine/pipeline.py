@@ -188,6 +188,10 @@ class Pipeline:
         self._chats: dict[str, _Chat] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._active: set[str] = set()  # ids of messages queued or in a running turn
+        # Ids being stored but not queued yet: already in klaw.db, so a turn running
+        # meanwhile must leave them out of its window like queued ones (else it
+        # answers them too, ahead of its own messages, and they get a second turn).
+        self._arriving: set[str] = set()
         self._registries: dict[str, ToolRegistry] = {}
         self._retrying: set[str] = set()  # unanswered messages waiting for their retry
         self._intake: dict[str, asyncio.Lock] = {}  # per chat: store, then queue, in order
@@ -229,8 +233,14 @@ class Pipeline:
         # loop); the chat's intake lock keeps arrival order from storing to queueing.
         intake = self._intake.setdefault(msg.chat_id, asyncio.Lock())
         async with intake:
-            inserted = await asyncio.to_thread(self.memory.store.insert_messages, [row])
+            self._arriving.add(msg.id)
+            try:
+                inserted = await asyncio.to_thread(self.memory.store.insert_messages, [row])
+            except BaseException:
+                self._arriving.discard(msg.id)
+                raise
             if isinstance(msg, Command):
+                self._arriving.discard(msg.id)  # typed rows never enter a window
                 queued = asyncio.Event()
                 command = self._spawn(
                     self._command(msg, reply, duplicate=inserted == 0, queued=queued)
@@ -241,15 +251,19 @@ class Pipeline:
                 await asyncio.wait([command, waiting], return_when=asyncio.FIRST_COMPLETED)
                 waiting.cancel()
             else:
-                if inserted == 0:
-                    if not await self._redelivered(msg, reply):
-                        return
-                    log.info(
-                        "message %s of %s was stored but never answered: processing it",
-                        msg.id,
-                        msg.chat_id,
-                    )
-                done = self._enqueue(msg, reply, priority)
+                try:
+                    if inserted == 0:
+                        self._arriving.discard(msg.id)  # `_redelivered` checks `_active`
+                        if not await self._redelivered(msg, reply):
+                            return
+                        log.info(
+                            "message %s of %s was stored but never answered: processing it",
+                            msg.id,
+                            msg.chat_id,
+                        )
+                    done = self._enqueue(msg, reply, priority)
+                finally:
+                    self._arriving.discard(msg.id)
         if isinstance(msg, Command):
             await command
             return
@@ -558,14 +572,13 @@ class Pipeline:
         # Room for the window after merging debounced user runs and keeping tool
         # calls with their results; more rows would only be read to be dropped.
         limit = limits.window_cap * 2 + 10
+        recent = self.memory.store.recent_messages(chat_id, since or None, limit)
         # Messages of later batches (stored on arrival, waiting their turn) are not
-        # part of this turn: they would be answered here and again in their own.
-        later = self._active - own
-        window = [
-            r
-            for r in self.memory.store.recent_messages(chat_id, since or None, limit)
-            if r.created_at <= latest and r.id not in later
-        ]
+        # part of this turn: they would be answered here and again in their own. Taken
+        # after the read: a message is marked arriving before it is stored, so any row
+        # read here that is not done yet is marked (one C-level union under the GIL).
+        later = (self._active | self._arriving) - own
+        window = [r for r in recent if r.created_at <= latest and r.id not in later]
         # The messages this turn answers go last, whatever their timestamps: with 1 s
         # resolution a message sent while the previous turn ran shares its second with
         # that turn's reply, which is stored after it ("user B, assistant A" would make
