@@ -37,7 +37,7 @@ def test_reindex_klaw(benchmark: Any, data_dir: Path, tmp_path: Path) -> None:
     stats = benchmark.pedantic(
         lambda db: _core.rebuild_messages(db, str(data_dir)), setup=setup, rounds=2
     )
-    assert stats["messages"] == N_MESSAGES and stats["skipped"] == 0
+    assert stats.messages == N_MESSAGES and stats.skipped == 0
 
 
 @pytest.mark.benchmark(group="reindex-1M")
