@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INTERACTIVE",
     "SUBAGENT",
+    "SUBAGENT_CHAT_PREFIX",
     "TOOL_LIMIT_MESSAGE",
     "Pipeline",
     "PrioritySlots",
@@ -108,6 +109,21 @@ PRIVATE_TOOLS: Final = frozenset(
         "file_read",
         "file_write",
         "file_list",
+    }
+)
+
+
+#: The chats of scheduled jobs and spawned subagents: `scheduler_{job name}`.
+SUBAGENT_CHAT_PREFIX: Final = "scheduler_"
+#: Tools a subagent does not get: core memory is read-only for it (design §2.4), and
+#: a job that schedules jobs could multiply itself.
+SUBAGENT_DENIED_TOOLS: Final = frozenset(
+    {
+        "memory_core_update",
+        "memory_core_delete",
+        "schedule_add",
+        "schedule_remove",
+        "subagent_spawn",
     }
 )
 
@@ -155,6 +171,7 @@ class _Batch:
     priority: int = INTERACTIVE
     done: asyncio.Future[None] | None = None
     attempt: int = 0  # turns of these messages that found no model
+    model: str | None = None  # a subagent's model (else the chat session's)
 
 
 @dataclass
@@ -225,9 +242,20 @@ class Pipeline:
     # ------------------------------------------------------------------ intake
 
     async def handle(
-        self, msg: Inbound | Command, reply: Reply, *, priority: int = INTERACTIVE
+        self,
+        msg: Inbound | Command,
+        reply: Reply,
+        *,
+        priority: int = INTERACTIVE,
+        model: str | None = None,
     ) -> None:
-        """Store `msg`, queue it for its chat's next turn and wait for that turn."""
+        """Store `msg`, queue it for its chat's next turn and wait for that turn.
+
+        A `SUBAGENT` turn (a scheduled job) runs after interactive ones waiting for a
+        slot, sees `context.subagentWindow` rows of its own chat, answers with `model`
+        (else `routing.tasks.subagent`), and is not retried when no model answers
+        (the job's run fails and the scheduler records it).
+        """
         row = line_row(inbound_line(msg), msg.channel, msg.chat_id)
         # Stored in a worker thread (a write may wait behind indexing: never on the
         # loop); the chat's intake lock keeps arrival order from storing to queueing.
@@ -261,7 +289,7 @@ class Pipeline:
                             msg.id,
                             msg.chat_id,
                         )
-                    done = self._enqueue(msg, reply, priority)
+                    done = self._enqueue(msg, reply, priority, model=model)
                 finally:
                     self._arriving.discard(msg.id)
         if isinstance(msg, Command):
@@ -315,12 +343,19 @@ class Pipeline:
         await _send(reply, out)
 
     def _enqueue(
-        self, msg: Inbound, reply: Reply, priority: int, *, attempt: int = 0
+        self,
+        msg: Inbound,
+        reply: Reply,
+        priority: int,
+        *,
+        attempt: int = 0,
+        model: str | None = None,
     ) -> asyncio.Future[None]:
         chat = self._chats.setdefault(msg.chat_id, _Chat())
         if chat.batch is None:
             chat.batch = _Batch(done=asyncio.get_running_loop().create_future(), priority=priority)
         batch = chat.batch
+        batch.model = model or batch.model
         batch.attempt = max(batch.attempt, attempt)
         self._active.add(msg.id)
         batch.messages.append(msg)
@@ -395,7 +430,7 @@ class Pipeline:
         latest = max(to_iso(m.ts) or "" for m in batch.messages)
         own = {m.id for m in batch.messages}
         model, limits, rows, core_text, skills, summary = await asyncio.to_thread(
-            self._inputs, chat_id, first_ts, latest, own
+            self._inputs, chat_id, first_ts, latest, own, batch
         )
         group = any(m.meta.group for m in batch.messages)
         if self._core_problem is not None and not group:
@@ -524,6 +559,8 @@ class Pipeline:
             [line_row(outbound_line(out), out.channel, out.chat_id)],
         )
         await _send(batch.replies[-1], out)
+        if batch.priority >= SUBAGENT:
+            return  # a scheduled run fails and is recorded; its next due time comes
         delay = Backoff(self.retry_base_s, 2.0, self.retry_max_s).delay(batch.attempt + 1)
         self._retrying.update(m.id for m in batch.messages)
         self._spawn(self._retry(batch, latest, delay))
@@ -561,14 +598,17 @@ class Pipeline:
         self.answered.record(out, latest)
 
     def _inputs(
-        self, chat_id: str, first_ts: str, latest: str, own: set[str]
+        self, chat_id: str, first_ts: str, latest: str, own: set[str], batch: _Batch
     ) -> tuple[str, ContextLimits, list[StoredMessage], str, list[tuple[str, str]], str | None]:
         """Everything a turn reads from disk, in one worker-thread hop."""
         from klaw.memory.core import CoreMemory, CoreMemoryError
 
         stored, since = self.session(chat_id, first_ts)
+        subagent = batch.priority >= SUBAGENT
+        if subagent:
+            stored = batch.model or self.config.routing.tasks.subagent
         model = self._usable_model(stored)
-        limits = model_limits(self.config, model)
+        limits = model_limits(self.config, model, subagent=subagent)
         # Room for the window after merging debounced user runs and keeping tool
         # calls with their results; more rows would only be read to be dropped.
         limit = limits.window_cap * 2 + 10
@@ -621,17 +661,23 @@ class Pipeline:
 
         A group chat gets no tool that reads or writes the owner's memory or workspace
         unless `context.allowPrivateMemoryInGroups` (keeping them out of the prompt
-        alone would leave them one tool call away).
+        alone would leave them one tool call away). A subagent's chat (a scheduled
+        job) reads core memory but does not change it, and schedules nothing.
         """
         registry = self._registries.get(chat_id)
         if registry is None:
             registry = self._registry_factory(chat_id)
+            denied: frozenset[str] = frozenset()
             if group and not self.config.context.allow_private_memory_in_groups:
+                denied = PRIVATE_TOOLS
+            elif chat_id.startswith(SUBAGENT_CHAT_PREFIX):
+                denied = SUBAGENT_DENIED_TOOLS
+            if denied & set(registry.names()):
                 from klaw.tools.base import ToolRegistry
 
-                public = [registry.get(n) for n in registry.names() if n not in PRIVATE_TOOLS]
+                kept = [registry.get(n) for n in registry.names() if n not in denied]
                 registry = ToolRegistry(
-                    [t for t in public if t is not None],
+                    [t for t in kept if t is not None],
                     max_result_chars=registry.max_result_chars,
                 )
             self._registries[chat_id] = registry

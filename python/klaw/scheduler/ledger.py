@@ -1,0 +1,204 @@
+"""The run ledger: one row per (job, due time), in scheduler.db beside APScheduler's
+job table; the engine is its only writer.
+
+The row is what makes a due time run at most once. It is claimed (`claim`, status
+``due``) before APScheduler moves the job to its next time, marked ``running`` just
+before the model is woken, and finished with the outcome. After a crash, a ``due``
+row never started runs at the next start (nothing lost) and a ``running`` one
+becomes ``interrupted`` (never run twice: the model may already have acted).
+
+Statuses: due, running, ok (delivered or logged), silent (the model said nothing to
+report), quiet (the pre-check found nothing: no tokens), capped (over the daily
+token cap), missed (due too long ago), skipped (the previous run was still going),
+failed, interrupted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+__all__ = ["FINAL", "Ledger", "Run", "iso"]
+
+FINAL: Final = frozenset(
+    {"ok", "silent", "quiet", "capped", "missed", "skipped", "failed", "interrupted"}
+)
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS klaw_runs (
+    job TEXT NOT NULL,
+    due TEXT NOT NULL,
+    status TEXT NOT NULL,
+    started TEXT,
+    ended TEXT,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    PRIMARY KEY (job, due)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS klaw_runs_due ON klaw_runs (due);
+CREATE TABLE IF NOT EXISTS klaw_job_state (
+    job TEXT PRIMARY KEY,
+    failing INTEGER NOT NULL DEFAULT 0,  -- the owner was told of a failure
+    capped_day TEXT                      -- the day the owner was told of the cap
+) WITHOUT ROWID;
+"""
+
+
+def iso(when: datetime) -> str:
+    """The ledger's time format: UTC, seconds (sorts as text)."""
+    return when.astimezone(UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    job: str
+    due: str
+    status: str
+    started: str | None
+    ended: str | None
+    tokens_in: int
+    tokens_out: int
+    error: str | None
+
+
+class Ledger:
+    """scheduler.db's `klaw_runs`; safe from the loop and from worker threads (one
+    connection behind a lock: every call is a short statement)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")  # a claimed run survives power loss
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def claim(self, job: str, due: datetime) -> bool:
+        """Records that `job` is due at `due`; False when that due time has a row."""
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO klaw_runs (job, due, status) VALUES (?, ?, 'due')",
+                (job, iso(due)),
+            )
+            return cur.rowcount == 1
+
+    def record(self, job: str, due: datetime, status: str, error: str | None = None) -> bool:
+        """A run that ends before it starts (missed, skipped); False if the due time
+        already has a row."""
+        now = iso(datetime.now(UTC))
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO klaw_runs (job, due, status, started, ended, error) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (job, iso(due), status, now, now, error),
+            )
+            return cur.rowcount == 1
+
+    def start(self, job: str, due: datetime) -> bool:
+        """due → running; False when the row is not `due` (it ran, or was never claimed)."""
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE klaw_runs SET status = 'running', started = ? "
+                "WHERE job = ? AND due = ? AND status = 'due'",
+                (iso(datetime.now(UTC)), job, iso(due)),
+            )
+            return cur.rowcount == 1
+
+    def finish(
+        self,
+        job: str,
+        due: datetime,
+        status: str,
+        *,
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        error: str | None = None,
+    ) -> None:
+        if status not in FINAL:
+            raise ValueError(f"not a final status: {status!r}")
+        now = iso(datetime.now(UTC))
+        with self._lock:
+            self._db.execute(
+                "UPDATE klaw_runs SET status = ?, ended = ?, started = coalesce(started, ?), "
+                "tokens_in = ?, tokens_out = ?, error = ? WHERE job = ? AND due = ?",
+                (status, now, now, tokens_in, tokens_out, error, job, iso(due)),
+            )
+
+    def unfinished(self) -> tuple[list[Run], list[Run]]:
+        """(claimed but never started, started but never finished): a previous
+        engine's leftovers, read once at start."""
+        runs = self._select("WHERE status IN ('due', 'running') ORDER BY due", ())
+        return [r for r in runs if r.status == "due"], [r for r in runs if r.status == "running"]
+
+    def history(self, job: str | None = None, limit: int = 20) -> list[Run]:
+        """The newest runs first."""
+        if job is None:
+            return self._select("ORDER BY due DESC, job LIMIT ?", (limit,))
+        return self._select("WHERE job = ? ORDER BY due DESC LIMIT ?", (job, limit))
+
+    def tokens_between(self, job: str, start: datetime, end: datetime) -> int:
+        """Tokens (in + out) of `job`'s runs due in [start, end)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT coalesce(sum(tokens_in + tokens_out), 0) FROM klaw_runs "
+                "WHERE job = ? AND due >= ? AND due < ?",
+                (job, iso(start), iso(end)),
+            ).fetchone()
+        return int(row[0])
+
+    # --- telling the owner once --------------------------------------------
+
+    def set_failing(self, job: str, failing: bool) -> bool:
+        """Sets the job's failing flag; True when it changed (tell the owner then)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT failing FROM klaw_job_state WHERE job = ?", (job,)
+            ).fetchone()
+            if bool(row and row[0]) == failing:
+                return False
+            self._db.execute(
+                "INSERT INTO klaw_job_state (job, failing) VALUES (?, ?) "
+                "ON CONFLICT (job) DO UPDATE SET failing = excluded.failing",
+                (job, int(failing)),
+            )
+            return True
+
+    def mark_capped(self, job: str, day: str) -> bool:
+        """Records that the owner is told of the cap on `day`; False if already told."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT capped_day FROM klaw_job_state WHERE job = ?", (job,)
+            ).fetchone()
+            if row is not None and row[0] == day:
+                return False
+            self._db.execute(
+                "INSERT INTO klaw_job_state (job, capped_day) VALUES (?, ?) "
+                "ON CONFLICT (job) DO UPDATE SET capped_day = excluded.capped_day",
+                (job, day),
+            )
+            return True
+
+    def forget(self, job: str) -> None:
+        """A removed job's state (its history stays)."""
+        with self._lock:
+            self._db.execute("DELETE FROM klaw_job_state WHERE job = ?", (job,))
+
+    def _select(self, where: str, args: tuple[object, ...]) -> list[Run]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job, due, status, started, ended, tokens_in, tokens_out, error "
+                f"FROM klaw_runs {where}",
+                args,
+            ).fetchall()
+        return [Run(*row) for row in rows]
