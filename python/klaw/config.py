@@ -53,6 +53,7 @@ __all__ = [
     "EngineConfig",
     "FilesConfig",
     "GatewayConfig",
+    "HeartbeatConfig",
     "LlmConfig",
     "LoggingConfig",
     "MemoryConfig",
@@ -63,6 +64,7 @@ __all__ = [
     "ProviderConfig",
     "RoutingConfig",
     "RoutingTasks",
+    "SchedulerConfig",
     "SearchConfig",
     "TelegramConfig",
     "WatchConfig",
@@ -184,8 +186,8 @@ class ModelConfig(_Section):
 
 
 class RoutingTasks(_Section):
-    """Planned: models for background summarization and subagents (the scheduler,
-    issue 9). Checked by `klaw doctor`, but no task is routed by them yet."""
+    """Models of background work: subagents (scheduled jobs without a model of their
+    own) and, planned, background summarization (issue 9)."""
 
     summarization: str = "ollama/qwen3:8b"
     subagent: str = "glm/glm-4-plus"
@@ -248,7 +250,7 @@ class MemoryConfig(_Section):
 class ContextConfig(_Section):
     default_budget_tokens: PositiveInt = 8000
     sliding_window: PositiveInt = 20
-    subagent_window: PositiveInt = 5  # planned: subagents (the scheduler, issue 9)
+    subagent_window: PositiveInt = 5  # rows of its own chat a subagent sees
     allow_private_memory_in_groups: bool = False
 
 
@@ -273,9 +275,47 @@ class LlmConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    """Planned: logs of subagent and scheduler chats (the scheduler, issue 9)."""
+    """Logs of scheduled jobs' chats (``conversations/scheduler_{name}/``)."""
 
     subagent_conversations: bool = True
+
+
+class HeartbeatConfig(_Section):
+    """The `heartbeat` job made from the workspace's HEARTBEAT.md."""
+
+    cron: str = "0 0 * * * ?"  # hourly, on the hour (Quartz; 5-field crontab works too)
+    model: str | None = None  # None: routing.tasks.subagent
+    inject_into: str | None = None  # where a non-silent result goes; None: the log only
+    precheck: str | None = None  # a command: exit 1 = nothing to look at, no tokens
+    daily_token_cap: PositiveInt | None = None
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from klaw.scheduler.cron import parse_cron
+
+        parse_cron(value)  # CronError (a ValueError) names the field
+        return value
+
+
+class SchedulerConfig(_Section):
+    timezone: str | None = None  # IANA name for jobs added without one; None: the system's
+    catch_up_hours: Annotated[float, Field(gt=0)] = 12.0  # a due time later than this is missed
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(
+                    f"unknown time zone {value!r} (an IANA name such as 'Europe/Berlin')"
+                ) from None
+        return value
 
 
 class CodeExecutionConfig(_Section):
@@ -367,6 +407,7 @@ class EngineConfig(_Section):
     processing: ProcessingConfig = Field(default_factory=ProcessingConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     code_execution: CodeExecutionConfig = Field(default_factory=CodeExecutionConfig)
     files: FilesConfig = Field(default_factory=FilesConfig)
     commands: list[CommandSpec] = Field(default_factory=_default_commands)
@@ -805,9 +846,7 @@ def load_gateway_config(
 # docstrings say the same). Paths are attribute names; messages use the YAML spelling.
 PLANNED_KEYS: dict[type[BaseModel], dict[tuple[str, ...], str]] = {
     EngineConfig: {
-        ("routing", "tasks"): "task routing with the scheduler, issue 9",
-        ("context", "subagent_window"): "subagents with the scheduler, issue 9",
-        ("logging",): "subagent and scheduler logs, issue 9",
+        ("routing", "tasks", "summarization"): "background summarization, issue 9",
         ("code_execution",): "code sandbox, issue 10",
         ("compatibility",): "OpenClaw compatibility, issue 12",
     },

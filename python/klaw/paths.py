@@ -109,6 +109,11 @@ class KlawPaths:
         return self.state_dir / "engine.lock"
 
     @property
+    def outbox(self) -> Path:
+        """Pushes the engine sends on its own, kept until the gateway confirms."""
+        return self.state_dir / "outbox"
+
+    @property
     def gateway_buffer(self) -> Path:
         return self.state_dir / "gateway-buffer.jsonl"
 

@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -139,6 +140,29 @@ def _sessions(a: argparse.Namespace) -> int:
     return sessions(json_out=a.json)
 
 
+def _schedule(a: argparse.Namespace) -> int:
+    from klaw.cli.schedule_cmds import schedule
+    from klaw.wire.protocol import Schedule
+
+    fields: dict[str, Any] = {
+        k: getattr(a, k, None)
+        for k in (
+            "name",
+            "cron",
+            "message",
+            "model",
+            "inject_into",
+            "timezone",
+            "precheck",
+            "daily_token_cap",
+        )
+    }
+    req = Schedule.model_validate(
+        {"action": a.schedule_action, "limit": getattr(a, "limit", 20), **fields}
+    )
+    return schedule(req, json_out=getattr(a, "json", False))
+
+
 def _chat(a: argparse.Namespace) -> int:
     from klaw.cli.chat_cmds import chat
 
@@ -235,6 +259,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--chat", help="only this chat id, e.g. telegram_123")
     sp.add_argument("--json", action="store_true", help="JSON output")
+
+    sched = sub.add_parser(
+        "schedule",
+        help="Scheduled jobs (cron), through the running engine.",
+        description="Scheduled jobs (cron), through the running engine. See docs/scheduler.md.",
+    )
+    sched.set_defaults(handler=lambda a: _usage(sched))
+    ssub = sched.add_subparsers(dest="schedule_command", metavar="COMMAND")
+    sp = cmd(ssub, "list", "Jobs and their next run.", _schedule)
+    sp.set_defaults(schedule_action="list")
+    sp.add_argument("--json", action="store_true", help="JSON output")
+    sp = cmd(ssub, "add", "Add a job; prints its next three run times.", _schedule)
+    sp.set_defaults(schedule_action="add")
+    sp.add_argument("name", help="lowercase letters, digits, '-', '_'")
+    sp.add_argument("cron", help="Quartz ('0 0 8 ? * MON-FRI') or crontab ('0 8 * * 1-5')")
+    sp.add_argument("message", help="the task the background agent gets at each run")
+    sp.add_argument("--model", help="default: routing.tasks.subagent")
+    sp.add_argument("--inject-into", metavar="CHAT", help="chat for results, e.g. telegram_123")
+    sp.add_argument("--tz", dest="timezone", help="IANA time zone (default scheduler.timezone)")
+    sp.add_argument("--precheck", help="command: exit 1 = nothing to do (no model call)")
+    sp.add_argument("--daily-token-cap", type=_positive_int, help="tokens per day, then it rests")
+    sp.add_argument("--json", action="store_true", help="JSON output")
+    sp = cmd(ssub, "remove", "Remove a job (its history stays).", _schedule)
+    sp.set_defaults(schedule_action="remove")
+    sp.add_argument("name")
+    sp = cmd(ssub, "history", "Runs: due time, status, tokens, error.", _schedule)
+    sp.set_defaults(schedule_action="history")
+    sp.add_argument("name", nargs="?")
+    sp.add_argument("-n", dest="limit", type=_positive_int, default=20, help="how many (20)")
+    sp.add_argument("--json", action="store_true", help="JSON output")
+    sp = cmd(ssub, "run", "Run a job once now (its schedule is unchanged).", _schedule)
+    sp.set_defaults(schedule_action="run")
+    sp.add_argument("name")
 
     mem = sub.add_parser(
         "memory", help="Core and archival memory.", description="Core and archival memory."

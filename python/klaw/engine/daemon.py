@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from klaw.llm.local import LocalModelServer
     from klaw.llm.router import Router
     from klaw.memory.api import Memory
+    from klaw.scheduler.control import ScheduleControl
+    from klaw.scheduler.outbox import Outbox
+    from klaw.scheduler.service import Scheduler
     from klaw.tools.base import ToolRegistry
 
 log = logging.getLogger("klaw.engine")
@@ -91,6 +94,7 @@ async def run(
     router: Router | None = None
     local: LocalModelServer | None = None
     pipeline = None
+    scheduler: Scheduler | None = None
     quit_background = asyncio.Event()
     background: list[asyncio.Task[None]] = []
     try:
@@ -115,9 +119,13 @@ async def run(
             router = Router(config)
             for problem in router.check():
                 log.warning("routing: %s", problem)
-            pipeline = _pipeline(config, paths, memory, router, server)
+            scheduler, control, outbox = _scheduling(config, paths, memory, server)
+            pipeline = _pipeline(config, paths, memory, router, server, control)
             server.handler = pipeline
             background = _background(config, memory, quit_background)
+            background += await _start_scheduler(
+                config, paths, scheduler, pipeline, outbox, quit_background
+            )
         await server.start()
         if started is not None:
             started(server)
@@ -155,6 +163,8 @@ async def run(
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
+            if scheduler is not None:
+                await scheduler.stop(SCHEDULER_STOP_S)
             if server is not None:
                 await server.close()
             if pipeline is not None:
@@ -199,6 +209,60 @@ def _background(
 
 #: How long a stopping engine waits for background work (indexing) to end.
 BACKGROUND_STOP_S = 10.0
+#: How long a stopping engine lets running jobs finish (the rest are cancelled and
+#: recorded as interrupted at the next start: never run twice).
+SCHEDULER_STOP_S = 5.0
+
+
+def _scheduling(
+    config: EngineConfig, paths: KlawPaths, memory: Memory, server: EngineServer
+) -> tuple[Scheduler, ScheduleControl, Outbox]:
+    """The scheduler (scheduler.db), its controls (CLI and tools) and the outbox."""
+    from datetime import timedelta
+
+    from klaw.scheduler.control import ScheduleControl
+    from klaw.scheduler.outbox import Outbox
+    from klaw.scheduler.service import Scheduler
+
+    scheduler = Scheduler(
+        paths.scheduler_db, catch_up=timedelta(hours=config.scheduler.catch_up_hours)
+    )
+    control = ScheduleControl(scheduler, config, memory, paths.conversations)
+    outbox = Outbox(paths.outbox, server.deliver, memory)
+    server.on_gateway.append(outbox.wake)
+    server.scheduler = control
+    return scheduler, control, outbox
+
+
+async def _start_scheduler(
+    config: EngineConfig,
+    paths: KlawPaths,
+    scheduler: Scheduler,
+    pipeline: Pipeline,
+    outbox: Outbox,
+    stop: asyncio.Event,
+) -> list[asyncio.Task[None]]:
+    """Starts firing jobs; returns the outbox and HEARTBEAT.md watchers."""
+    from klaw.scheduler.control import system_zone
+    from klaw.scheduler.heartbeat import HeartbeatWatcher
+    from klaw.scheduler.runner import JobRunner
+
+    scheduler.run_job = JobRunner(
+        config,
+        paths.conversations,
+        pipeline,
+        scheduler.ledger,
+        outbox,
+        workspace=paths.workspace,
+    )
+    await scheduler.start()
+    zone = config.scheduler.timezone or system_zone()
+    heartbeat = HeartbeatWatcher(scheduler, paths.workspace, config, zone)
+    return [
+        asyncio.create_task(_logged(outbox.run(stop), "outbox")),
+        asyncio.create_task(_logged(heartbeat.run(stop), "heartbeat watcher")),
+    ]
+
 
 #: Docs are indexed this long after start, not competing with the first messages
 #: (a first index embeds ~80 chunks: seconds of CPU on a Pi). `docs_search` before
@@ -237,16 +301,26 @@ def _command_menu(config: EngineConfig | None) -> list[CommandInfo]:
 
 
 def _pipeline(
-    config: EngineConfig, paths: KlawPaths, memory: Memory, router: Router, server: EngineServer
+    config: EngineConfig,
+    paths: KlawPaths,
+    memory: Memory,
+    router: Router,
+    server: EngineServer,
+    control: ScheduleControl | None = None,
 ) -> Pipeline:
-    """The message pipeline, with `send_message` going through this server's gateway."""
+    """The message pipeline, with `send_message` going through this server's gateway
+    and the `schedule_*` tools through `control`."""
     from klaw.engine.commands import Commands
     from klaw.tools import builtin_registry
     from klaw.tools.messaging import SendMessage
+    from klaw.tools.schedule import schedule_tools
 
     def registry(chat_id: str) -> ToolRegistry:
         tools = builtin_registry(paths, config, memory, chat_id=chat_id)
         tools.register(SendMessage(server.deliver, memory, source_chat=chat_id))
+        if control is not None:
+            for tool in schedule_tools(control, chat_id):
+                tools.register(tool)
         return tools
 
     commands = Commands(config, paths, memory)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -39,6 +40,7 @@ from klaw.wire.protocol import (
     ErrorCode,
     GatewayInfo,
     Inbound,
+    JobRun,
     LineReader,
     LineTooLong,
     MemorySearch,
@@ -49,6 +51,9 @@ from klaw.wire.protocol import (
     Register,
     Registered,
     Request,
+    Schedule,
+    ScheduledJob,
+    ScheduleResult,
     SearchHit,
     SessionInfo,
     Sessions,
@@ -62,6 +67,8 @@ from klaw.wire.protocol import (
 
 if TYPE_CHECKING:
     from klaw.memory.api import Memory
+    from klaw.scheduler.control import ScheduleControl
+    from klaw.scheduler.jobs import JobSpec
 
 log = logging.getLogger("klaw.engine")
 
@@ -191,6 +198,10 @@ class EngineServer:
         self._inflight: dict[asyncio.Task[None], Inbound | Command] = {}
         self._deliveries: dict[str, asyncio.Future[None]] = {}
         self._closing = False
+        #: Jobs (`schedule` requests); None when the engine runs without a scheduler.
+        self.scheduler: ScheduleControl | None = None
+        #: Called each time a gateway registers (the outbox flushes then).
+        self.on_gateway: list[Callable[[], None]] = []
 
     # --- state -----------------------------------------------------------
 
@@ -318,7 +329,7 @@ class EngineServer:
                 )
             else:
                 self._spawn(msg)
-        elif isinstance(msg, Status | Sessions | MemorySearch):
+        elif isinstance(msg, Status | Sessions | MemorySearch | Schedule):
             await conn.send(await self._answer(msg))
         elif isinstance(msg, Delivered):
             fut = self._deliveries.pop(msg.ref, None)
@@ -364,6 +375,8 @@ class EngineServer:
         self._gateway = conn
         log.info("gateway registered (channels: %s)", ", ".join(msg.channels) or "none")
         await conn.send(Registered(version=__version__, pid=self.pid, commands=self.commands))
+        for hook in self.on_gateway:
+            hook()
 
     # --- inbound ---------------------------------------------------------
 
@@ -425,6 +438,8 @@ class EngineServer:
                 return await self._status(req)
             if isinstance(req, Sessions):
                 return await asyncio.to_thread(self._sessions, req)
+            if isinstance(req, Schedule):
+                return await self._schedule(req)
             return await self._memory_search(req)
         except InvalidInput as exc:
             return Error(code=ErrorCode.BAD_REQUEST, message=str(exc), ref=req.id)
@@ -436,6 +451,47 @@ class EngineServer:
             return Error(
                 code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}", ref=req.id
             )
+
+    async def _schedule(self, req: Schedule) -> Message:
+        control = self.scheduler
+        if control is None:
+            return Error(
+                code=ErrorCode.UNAVAILABLE,
+                message="the scheduler is not running in this engine (it runs without memory)",
+                ref=req.id,
+            )
+        result = ScheduleResult(id=req.id)
+        if req.action == "list":
+            running = set(control.scheduler.running)
+            result.jobs.extend(
+                _job(s.spec, s.next_run, s.spec.name in running) for s in await control.jobs()
+            )
+        elif req.action == "history":
+            runs = await control.history(req.name, req.limit)
+            result.runs.extend(JobRun(**dataclasses.asdict(r)) for r in runs)
+        else:
+            if not req.name:
+                raise InvalidInput(f"schedule {req.action} needs the job's name")
+            if req.action == "add":
+                if not req.cron or not req.message:
+                    raise InvalidInput("schedule add needs a name, a cron expression and a message")
+                spec, times = await control.add(
+                    req.name,
+                    req.cron,
+                    req.message,
+                    model=req.model,
+                    inject_into=req.inject_into,
+                    timezone=req.timezone,
+                    precheck=req.precheck,
+                    daily_token_cap=req.daily_token_cap,
+                )
+                result.jobs.append(_job(spec, times[0] if times else None))
+                result.next_times.extend(times)
+            elif req.action == "remove":
+                result.jobs.append(_job(await control.remove(req.name), None))
+            else:
+                result.due = await control.run(req.name)
+        return result
 
     async def _status(self, req: Status) -> StatusResult:
         counts = await asyncio.to_thread(self.memory.stats) if self.memory else {}
@@ -565,3 +621,19 @@ class EngineServer:
 
 def _length(msg: Inbound | Command) -> int:
     return len(msg.content) if isinstance(msg, Inbound) else len(msg.args)
+
+
+def _job(spec: JobSpec, next_run: datetime | None, running: bool = False) -> ScheduledJob:
+    return ScheduledJob(
+        name=spec.name,
+        cron=spec.cron,
+        timezone=spec.timezone,
+        message=spec.message,
+        kind=spec.kind,
+        model=spec.model,
+        inject_into=spec.inject_into,
+        precheck=spec.precheck,
+        daily_token_cap=spec.daily_token_cap,
+        next_run=next_run,
+        running=running,
+    )

@@ -62,9 +62,9 @@ class Scheduler:
     older ones are recorded as missed.
     """
 
-    def __init__(self, db: Path, run: RunJob, *, catch_up: timedelta) -> None:
+    def __init__(self, db: Path, run: RunJob | None = None, *, catch_up: timedelta) -> None:
         self.db = db
-        self._run = run
+        self.run_job = run  # set before `start` (the engine's JobRunner)
         self.catch_up = catch_up
         self.ledger = Ledger(db)
         self._aps: AsyncIOScheduler | None = None
@@ -231,7 +231,9 @@ class Scheduler:
 
     async def _guarded(self, spec: JobSpec, due: datetime) -> None:
         try:
-            await self._run(spec, due)
+            if self.run_job is None:
+                raise RuntimeError("the scheduler has no job runner")
+            await self.run_job(spec, due)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the runner records its own failures; this is a bug

@@ -33,6 +33,7 @@ CLI → engine (short connections; the response echoes the request ``id``):
     → status          ← status_result         uptime, pid, version, gateway, counts
     → sessions        ← sessions_result       chats and their sessions
     → memory_search   ← memory_search_result  hits: citation, content, score...
+    → schedule        ← schedule_result       action list|add|remove|history|run
 
 `decode` never lets a bad line through: it raises a `ProtocolError` whose `code`
 and `ref` the receiver turns into an `error` reply with `error_for`.
@@ -74,6 +75,7 @@ __all__ = [
     "InboundMeta",
     "InvalidJson",
     "InvalidMessage",
+    "JobRun",
     "LineReader",
     "LineTooLong",
     "LogLine",
@@ -86,6 +88,9 @@ __all__ = [
     "Register",
     "Registered",
     "Request",
+    "Schedule",
+    "ScheduleResult",
+    "ScheduledJob",
     "SearchHit",
     "SessionInfo",
     "Sessions",
@@ -370,6 +375,59 @@ class MemorySearchResult(_Model):
     hits: list[SearchHit] = Field(default_factory=list)
 
 
+class Schedule(_Model):
+    """`klaw schedule ...`: one request per action; fields beyond `name` are `add`'s."""
+
+    type: Literal["schedule"] = "schedule"
+    id: str = Field(default_factory=new_id)
+    action: Literal["list", "add", "remove", "history", "run"]
+    name: str | None = None
+    cron: str | None = None
+    message: str | None = None
+    model: str | None = None
+    inject_into: str | None = None
+    timezone: str | None = None
+    precheck: str | None = None
+    daily_token_cap: int | None = Field(default=None, gt=0)
+    limit: int = Field(default=20, gt=0, le=1000)
+
+
+class ScheduledJob(_Model):
+    name: str
+    cron: str
+    timezone: str
+    message: str
+    kind: str = "cron"
+    model: str | None = None
+    inject_into: str | None = None
+    precheck: str | None = None
+    daily_token_cap: int | None = None
+    next_run: AwareDatetime | None = None
+    running: bool = False
+
+
+class JobRun(_Model):
+    """One row of the run ledger (times are ISO 8601, UTC)."""
+
+    job: str
+    due: str
+    status: str
+    started: str | None = None
+    ended: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    error: str | None = None
+
+
+class ScheduleResult(_Model):
+    type: Literal["schedule_result"] = "schedule_result"
+    id: str
+    jobs: list[ScheduledJob] = Field(default_factory=list)  # list; add/remove: the job
+    runs: list[JobRun] = Field(default_factory=list)  # history
+    next_times: list[AwareDatetime] = Field(default_factory=list)  # add
+    due: AwareDatetime | None = None  # run: the due time it was given
+
+
 Message: TypeAlias = Annotated[
     Register
     | Registered
@@ -384,11 +442,13 @@ Message: TypeAlias = Annotated[
     | Sessions
     | SessionsResult
     | MemorySearch
-    | MemorySearchResult,
+    | MemorySearchResult
+    | Schedule
+    | ScheduleResult,
     Field(discriminator="type"),
 ]
 #: CLI requests: answered on the same connection with the same `id`.
-Request: TypeAlias = Status | Sessions | MemorySearch
+Request: TypeAlias = Status | Sessions | MemorySearch | Schedule
 
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 _TYPES: Final = frozenset(
@@ -407,6 +467,8 @@ _TYPES: Final = frozenset(
         "sessions_result",
         "memory_search",
         "memory_search_result",
+        "schedule",
+        "schedule_result",
     }
 )
 

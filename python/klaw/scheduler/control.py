@@ -1,0 +1,134 @@
+"""What the owner and the model may do with jobs, checked once for both doors: the
+`klaw schedule` CLI (through the engine socket) and the `schedule_*` tools.
+
+Each refusal names what is wrong: a bad cron (field and reason), an unknown model
+(and the known ones), an unknown chat, a duplicate name, a reserved name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from klaw.scheduler.jobs import HEARTBEAT, JobError, JobSpec, check_name
+from klaw.scheduler.ledger import Run
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from klaw.config import EngineConfig
+    from klaw.memory.api import Memory
+    from klaw.scheduler.service import Scheduled, Scheduler
+
+__all__ = ["ScheduleControl", "system_zone"]
+
+log = logging.getLogger("klaw.scheduler")
+
+
+def system_zone() -> str:
+    """The host's IANA time zone name ('UTC' when it has none)."""
+    try:
+        from tzlocal import get_localzone_name
+
+        return get_localzone_name() or "UTC"
+    except Exception:  # no /etc/localtime, an odd TZ: jobs still need a zone
+        return "UTC"
+
+
+class ScheduleControl:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        config: EngineConfig,
+        memory: Memory | None,
+        conversations: Path,
+    ) -> None:
+        self.scheduler = scheduler
+        self.config = config
+        self.memory = memory
+        self.conversations = conversations
+
+    @property
+    def default_zone(self) -> str:
+        return self.config.scheduler.timezone or system_zone()
+
+    async def add(
+        self,
+        name: str,
+        cron: str,
+        message: str,
+        *,
+        model: str | None = None,
+        inject_into: str | None = None,
+        timezone: str | None = None,
+        precheck: str | None = None,
+        daily_token_cap: int | None = None,
+    ) -> tuple[JobSpec, list[datetime]]:
+        """Adds a cron job; returns it with its next three fire times (its zone)."""
+        if check_name(name) == HEARTBEAT:
+            raise JobError(
+                "the name 'heartbeat' is kept for the job made from HEARTBEAT.md; "
+                "edit that file instead, or pick another name"
+            )
+        spec = JobSpec(
+            name=name,
+            cron=cron,
+            message=message,
+            timezone=timezone or self.default_zone,
+            model=model or None,
+            inject_into=inject_into or None,
+            precheck=precheck or None,
+            daily_token_cap=daily_token_cap,
+        )
+        await self.check_targets(spec)
+        times = await self.scheduler.add(spec)
+        return spec, times
+
+    async def spawn(
+        self, name: str, message: str, *, model: str | None, inject_into: str | None
+    ) -> datetime:
+        """A one-off subagent run now (`subagent_spawn`)."""
+        spec = JobSpec(
+            name=name,
+            cron="",
+            message=message,
+            timezone=self.default_zone,
+            model=model or None,
+            inject_into=inject_into or None,
+            kind="once",
+        )
+        await self.check_targets(spec)
+        return self.scheduler.run_once(spec)
+
+    async def check_targets(self, spec: JobSpec) -> None:
+        if spec.model is not None and spec.model not in self.config.models:
+            known = ", ".join(sorted(self.config.models)) or "none"
+            raise JobError(f"unknown model {spec.model!r} (engine.yaml `models`: {known})")
+        if spec.inject_into is not None and not await asyncio.to_thread(
+            self._known_chat, spec.inject_into
+        ):
+            raise JobError(
+                f"unknown chat {spec.inject_into!r}: Klaw has not talked in it yet "
+                "(injectInto must be a chat that has written to Klaw)"
+            )
+
+    def _known_chat(self, chat_id: str) -> bool:
+        if self.memory is not None and self.memory.store.get_session(chat_id) is not None:
+            return True
+        return (self.conversations / chat_id).is_dir()
+
+    async def remove(self, name: str) -> JobSpec:
+        return await self.scheduler.remove(name)
+
+    async def jobs(self) -> list[Scheduled]:
+        return await self.scheduler.jobs()
+
+    async def history(self, name: str | None, limit: int = 20) -> list[Run]:
+        if name is not None:
+            check_name(name)
+        return await self.scheduler.history(name, limit)
+
+    async def run(self, name: str) -> datetime:
+        return await self.scheduler.run_now(name)

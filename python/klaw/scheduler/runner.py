@@ -1,0 +1,290 @@
+"""One run of a scheduled job, inside the engine: ledger → cap → pre-check → subagent
+turn → silent or delivered → ledger (design §2.4, "Subagent lifecycle").
+
+The turn is the pipeline's, at `SUBAGENT` priority, in the job's own chat
+``scheduler_{name}`` (its window is the last `context.subagentWindow` rows of that
+chat, never the owner's conversation). A reply that parses as a JSON object with
+``"silent": true`` is not delivered; anything else goes to the job's `inject_into`
+through the outbox (kept until the gateway confirms). A failing job tells the owner
+once, and again only after it has worked in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from klaw.engine.pipeline import SUBAGENT, SUBAGENT_CHAT_PREFIX
+from klaw.scheduler.jobs import JobSpec
+from klaw.scheduler.ledger import Ledger
+from klaw.wire.loglines import inbound_line, outbound_line, to_record
+from klaw.wire.protocol import Error, Inbound, InboundMeta, Outbound, new_id
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from klaw.config import EngineConfig
+    from klaw.engine.pipeline import Pipeline
+    from klaw.scheduler.outbox import Outbox
+
+__all__ = ["JobRunner", "PrecheckResult", "is_silent", "run_precheck"]
+
+log = logging.getLogger("klaw.scheduler")
+
+PRECHECK_TIMEOUT_S: Final = 30.0
+PRECHECK_OUTPUT_BYTES: Final = 4096
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def is_silent(text: str) -> bool:
+    """Whether a subagent's reply is the silent answer: a JSON object whose `silent`
+    is true (alone, or alone in one ```json fence). Anything unparsable is not
+    silent: when in doubt the owner hears about it."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1)
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("silent") is True
+
+
+@dataclass(frozen=True, slots=True)
+class PrecheckResult:
+    wake: bool  # exit 0: there is something to look at
+    error: str | None = None  # neither 0 nor 1, or it could not run
+
+
+def _confine() -> None:  # in the child, before exec
+    import resource
+
+    os.setsid()  # its own process group: a timeout kills the whole group
+    resource.setrlimit(resource.RLIMIT_CPU, (20, 20))
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
+
+
+def run_precheck(command: str, cwd: Path, timeout: float = PRECHECK_TIMEOUT_S) -> PrecheckResult:
+    """Runs a job's pre-check with ``sh -c`` in `cwd` (blocking: call it in a thread).
+
+    Confined to what a check needs: its own process group (killed whole on timeout),
+    CPU 20 s, 1 GiB address space, 256 files, 16 MiB per written file, no stdin, a
+    minimal environment. Exit 0 wakes the model, 1 means nothing to do.
+    """
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8"}
+    try:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=_confine,
+        )
+    except OSError as exc:
+        return PrecheckResult(False, f"the pre-check could not start: {exc}")
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return PrecheckResult(False, f"the pre-check ran over {timeout:.0f} s and was killed")
+    if proc.returncode == 0:
+        return PrecheckResult(True)
+    if proc.returncode == 1:
+        return PrecheckResult(False)
+    tail = err[-PRECHECK_OUTPUT_BYTES:].decode("utf-8", "replace").strip()
+    how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"status {proc.returncode}"
+    return PrecheckResult(False, f"the pre-check exited with {how}" + (f": {tail}" if tail else ""))
+
+
+class JobRunner:
+    """The scheduler's `RunJob`: runs one due time of one job (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        paths: Path,
+        pipeline: Pipeline,
+        ledger: Ledger,
+        outbox: Outbox,
+        *,
+        workspace: Path,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.config = config
+        self.conversations = paths
+        self.pipeline = pipeline
+        self.ledger = ledger
+        self.outbox = outbox
+        self.workspace = workspace
+        self._now = now or (lambda: datetime.now(UTC))
+
+    async def __call__(self, spec: JobSpec, due: datetime) -> None:
+        name = spec.name
+        if not await asyncio.to_thread(self.ledger.start, name, due):
+            log.info("job %s due %s is not waiting to run: skipped", name, due)
+            return
+        tokens_in = tokens_out = 0
+        try:
+            if await self._over_cap(spec, due):
+                return
+            if spec.precheck is not None:
+                check = await asyncio.to_thread(run_precheck, spec.precheck, self.workspace)
+                if check.error is not None:
+                    raise _RunFailed(check.error)
+                if not check.wake:
+                    log.info("job %s: the pre-check found nothing to do", name)
+                    await asyncio.to_thread(self.ledger.finish, name, due, "quiet")
+                    await self._recovered(spec)
+                    return
+            out = await self._turn(spec, due)
+            tokens_in = int(out.meta.get("tokens_in") or 0)
+            tokens_out = int(out.meta.get("tokens_out") or 0)
+            if out.line_type == "notice":  # no model answered
+                raise _RunFailed(out.content)
+            silent = is_silent(out.content)
+            if not silent and spec.inject_into and out.content.strip():
+                await self.outbox.send(self._push(spec, out.content))
+            status = "silent" if silent else "ok"
+            await asyncio.to_thread(
+                self.ledger.finish,
+                name,
+                due,
+                status,
+                tokens_in=tokens_in,
+                tokens_out=tokens_out,
+            )
+            log.info("job %s due %s: %s (%d+%d tokens)", name, due, status, tokens_in, tokens_out)
+            await self._recovered(spec)
+        except _RunFailed as exc:
+            await self._failed(spec, due, str(exc), tokens_in, tokens_out)
+
+    # --- the turn --------------------------------------------------------
+
+    async def _turn(self, spec: JobSpec, due: datetime) -> Outbound:
+        chat_id = f"{SUBAGENT_CHAT_PREFIX}{spec.name}"
+        msg = Inbound(
+            id=new_id(),
+            ts=self._now(),
+            channel="scheduler",
+            chat_id=chat_id,
+            content=spec.message,
+            meta=InboundMeta(sender="scheduler"),
+        )
+        got: list[Outbound | Error] = []
+
+        async def collect(reply: Outbound | Error) -> None:
+            got.append(reply)
+
+        await self.pipeline.handle(msg, collect, priority=SUBAGENT, model=spec.model)
+        answers = [r for r in got if isinstance(r, Outbound)]
+        errors = [r for r in got if isinstance(r, Error)]
+        if not answers:
+            why = errors[-1].message if errors else "the turn ended without a reply"
+            raise _RunFailed(why)
+        out = answers[-1]
+        if self.config.logging.subagent_conversations:
+            await asyncio.to_thread(self._log, chat_id, msg, answers, spec, due)
+        return out
+
+    def _log(
+        self, chat_id: str, msg: Inbound, answers: list[Outbound], spec: JobSpec, due: datetime
+    ) -> None:
+        """The run in ``conversations/scheduler_{name}/`` (what `klaw reindex` reads)."""
+        from klaw.memory.jsonl import JsonlWriter
+
+        tag: dict[str, Any] = {
+            "source": "scheduler",
+            "task_name": spec.name,
+            "due": due.isoformat(),
+        }
+        first = inbound_line(msg)
+        lines = [first.model_copy(update={"meta": {**first.meta, **tag}})]
+        for out in answers:
+            lines.extend(out.records)
+            last = outbound_line(out)
+            lines.append(last.model_copy(update={"meta": {**last.meta, **tag}}))
+        JsonlWriter(self.conversations).append_many(chat_id, [to_record(x) for x in lines])
+
+    def _push(self, spec: JobSpec, text: str, **meta: Any) -> Outbound:
+        assert spec.inject_into is not None
+        return Outbound(
+            ts=self._now(),
+            channel=spec.inject_into.partition("_")[0],
+            chat_id=spec.inject_into,
+            content=text,
+            meta={"source": "scheduler", "task_name": spec.name, **meta},
+        )
+
+    # --- caps and failures -----------------------------------------------
+
+    async def _over_cap(self, spec: JobSpec, due: datetime) -> bool:
+        cap = spec.daily_token_cap
+        if cap is None:
+            return False
+        local = due.astimezone(spec.zone())
+        start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+        end = (start + timedelta(days=1, hours=2)).replace(hour=0)  # DST-proof next midnight
+        used = await asyncio.to_thread(self.ledger.tokens_between, spec.name, start, end)
+        if used < cap:
+            return False
+        day = start.date().isoformat()
+        log.warning("job %s: %d tokens used on %s, cap %d: resting", spec.name, used, day, cap)
+        await asyncio.to_thread(
+            self.ledger.finish,
+            spec.name,
+            due,
+            "capped",
+            error=f"{used} tokens used on {day}, daily cap {cap}",
+        )
+        first = await asyncio.to_thread(self.ledger.mark_capped, spec.name, day)
+        if spec.inject_into and first:
+            text = (
+                f"⏸️ Scheduled job '{spec.name}' used {used} tokens today (its daily cap is "
+                f"{cap}); it rests until tomorrow."
+            )
+            await self.outbox.send(self._push(spec, text, notice="capped"))
+        return True
+
+    async def _failed(
+        self, spec: JobSpec, due: datetime, error: str, tokens_in: int, tokens_out: int
+    ) -> None:
+        log.error("job %s due %s failed: %s", spec.name, due, error)
+        await asyncio.to_thread(
+            self.ledger.finish,
+            spec.name,
+            due,
+            "failed",
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            error=error,
+        )
+        first = await asyncio.to_thread(self.ledger.set_failing, spec.name, True)
+        if first and spec.inject_into:
+            text = (
+                f"⚠️ Scheduled job '{spec.name}' failed: {error}\n"
+                f"I will not repeat this while it keeps failing; `klaw schedule history "
+                f"{spec.name}` shows every run."
+            )
+            await self.outbox.send(self._push(spec, text, notice="failed"))
+
+    async def _recovered(self, spec: JobSpec) -> None:
+        await asyncio.to_thread(self.ledger.set_failing, spec.name, False)
+
+
+class _RunFailed(Exception):
+    pass
