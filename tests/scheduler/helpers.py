@@ -29,8 +29,11 @@ CHAT = f"telegram_{OWNER}"
 FAST = GatewayTimings(reconnect_initial_s=0.02, reconnect_max_s=0.2, typing_every_s=0.2)
 
 
-def engine_yaml(path: Path, url: str, *, extra: str = "", **processing: Any) -> Path:
-    """engine.yaml with one fake model (`fake/m` at `url`), used for subagents too."""
+def engine_yaml(
+    path: Path, url: str, *, heartbeat: dict[str, str] | None = None, **processing: Any
+) -> Path:
+    """engine.yaml with one fake model (`fake/m` at `url`), used for subagents too;
+    `heartbeat` sets keys of `scheduler.heartbeat`."""
     proc = {"debounceMs": 0, "maxConcurrentLlm": 2, "maxToolCallRounds": 3, **processing}
     lines = [
         "providers:",
@@ -59,8 +62,10 @@ def engine_yaml(path: Path, url: str, *, extra: str = "", **processing: Any) -> 
         "scheduler:",
         "  timezone: Europe/Berlin",
     ]
+    if heartbeat:
+        lines += ["  heartbeat:", *(f"    {k}: {json.dumps(v)}" for k, v in heartbeat.items())]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n" + extra)
+    path.write_text("\n".join(lines) + "\n")
     return path
 
 

@@ -58,7 +58,7 @@ from klaw.engine.context import (
 from klaw.engine.summaries import latest_summary
 from klaw.errors import KlawError
 from klaw.llm.errors import AllProvidersFailed
-from klaw.llm.types import LlmRequest, Message, Usage
+from klaw.llm.types import LlmRequest, LlmResponse, Message, Usage
 from klaw.memory.rows import with_content
 from klaw.retry import Backoff
 from klaw.wire.loglines import inbound_line, line_row, outbound_line
@@ -141,6 +141,10 @@ class PrioritySlots:
     @property
     def free(self) -> int:
         return self._free
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for _, _, fut in self._waiters if not fut.done())
 
     async def acquire(self, priority: int = INTERACTIVE) -> None:
         if self._free > 0 and not self._waiters:
@@ -385,11 +389,17 @@ class Pipeline:
         assert batch.done is not None
         try:
             async with chat.order:
-                await self._slots.acquire(batch.priority)
-                try:
+                if batch.priority >= SUBAGENT:
+                    # A subagent takes a slot per model call (see `_complete`): an
+                    # interactive reply waits for at most one of its calls, never for
+                    # its whole turn of tool rounds.
                     await self._turn(chat_id, batch)
-                finally:
-                    self._slots.release()
+                else:
+                    await self._slots.acquire(batch.priority)
+                    try:
+                        await self._turn(chat_id, batch)
+                    finally:
+                        self._slots.release()
         except asyncio.CancelledError:
             if not batch.done.done():
                 batch.done.cancel()
@@ -459,8 +469,8 @@ class Pipeline:
         meta: dict[str, Any] = {}
         while True:
             try:
-                response = await self.router.complete(
-                    LlmRequest(messages=messages, tools=context.tools), model=model
+                response = await self._complete(
+                    LlmRequest(messages=messages, tools=context.tools), model, batch
                 )
             except AllProvidersFailed as exc:
                 log.error("no model answered %s: %s", chat_id, exc)
@@ -508,6 +518,19 @@ class Pipeline:
         )
         await asyncio.to_thread(self._finish, out, latest)
         await _send(reply, out)
+
+    async def _complete(self, request: LlmRequest, model: str, batch: _Batch) -> LlmResponse:
+        if batch.priority < SUBAGENT:
+            return await self.router.complete(request, model=model)  # `_run` holds a slot
+        await self._slots.acquire(batch.priority)
+        try:
+            return await self.router.complete(request, model=model)
+        finally:
+            self._slots.release()
+
+    def load(self) -> dict[str, int]:
+        """For `klaw status`: model calls waiting for a slot, turns being worked on."""
+        return {"llm_waiting": self._slots.waiting, "messages_active": len(self._active)}
 
     async def _warn_core(self, batch: _Batch, latest: str) -> None:
         """Tell the owner, once per chat and problem, that core memory is unreadable.

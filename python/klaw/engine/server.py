@@ -490,11 +490,12 @@ class EngineServer:
             elif req.action == "remove":
                 result.jobs.append(_job(await control.remove(req.name), None))
             else:
-                result.due = await control.run(req.name)
+                return result.model_copy(update={"due": await control.run(req.name)})
         return result
 
     async def _status(self, req: Status) -> StatusResult:
         counts = await asyncio.to_thread(self.memory.stats) if self.memory else {}
+        counts = {**counts, **getattr(self.handler, "load", dict)()}
         return StatusResult(
             id=req.id,
             pid=self.pid,

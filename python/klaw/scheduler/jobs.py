@@ -44,8 +44,8 @@ class JobSpec:
 
     `cron` runs in `timezone` (an IANA name). `model` None: `routing.tasks.subagent`.
     `inject_into` None: the result is only logged. `precheck`: a shell command run
-    before the model is woken; exit status 0 wakes it, 1 means nothing to do (no
-    tokens spent), anything else is a failed run. `daily_token_cap`: prompt +
+    before the model is woken; exit status 0 wakes it, 1 with an empty stderr means
+    nothing to do (no tokens spent), anything else is a failed run. `daily_token_cap`: prompt +
     completion tokens per day (in `timezone`) after which the job rests until
     tomorrow.
     """

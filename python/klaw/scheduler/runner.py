@@ -81,7 +81,9 @@ def run_precheck(command: str, cwd: Path, timeout: float = PRECHECK_TIMEOUT_S) -
 
     Confined to what a check needs: its own process group (killed whole on timeout),
     CPU 20 s, 1 GiB address space, 256 files, 16 MiB per written file, no stdin, a
-    minimal environment. Exit 0 wakes the model, 1 means nothing to do.
+    minimal environment. Exit 0 wakes the model; 1 with nothing on stderr means
+    nothing to do (as `grep -q` or `test` say it); anything else, a crash writing a
+    traceback and exiting 1 included, is a failed run.
     """
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8"}
     try:
@@ -102,11 +104,11 @@ def run_precheck(command: str, cwd: Path, timeout: float = PRECHECK_TIMEOUT_S) -
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return PrecheckResult(False, f"the pre-check ran over {timeout:.0f} s and was killed")
+    tail = err[-PRECHECK_OUTPUT_BYTES:].decode("utf-8", "replace").strip()
     if proc.returncode == 0:
         return PrecheckResult(True)
-    if proc.returncode == 1:
+    if proc.returncode == 1 and not tail:
         return PrecheckResult(False)
-    tail = err[-PRECHECK_OUTPUT_BYTES:].decode("utf-8", "replace").strip()
     how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"status {proc.returncode}"
     return PrecheckResult(False, f"the pre-check exited with {how}" + (f": {tail}" if tail else ""))
 
