@@ -22,6 +22,7 @@ from helpers import (
     until,
 )
 
+from klaw.engine.pipeline import LEAN_TOOLS
 from klaw.paths import KlawPaths
 from scripted_llm import FakeLLM, call
 
@@ -46,6 +47,12 @@ async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_whe
         klaw_home.engine_config, llm.url, heartbeat={"cron": EVERY_SECOND, "injectInto": CHAT}
     )
     checklist = "# Checks\n\n- Anything from the bank in the mail?\n- Meetings in the next hour?\n"
+    (klaw_home.workspace / "AGENTS.md").write_text("# Agents\n\nGROUP-CHAT-ETIQUETTE rules.\n")
+    skill = klaw_home.workspace / "skills" / "weather"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(
+        "---\nname: weather\ndescription: FORECAST-DESCRIPTION for any city\n---\nBody\n"
+    )
     fake_telegram.add_chat(OWNER)
     llm.answer("Noted.")  # the owner's own chat first
     llm.answer(SILENT)
@@ -78,6 +85,14 @@ async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_whe
     assert "Anything from the bank" in user_texts(first)[-1]
     assert '{"silent": true' in user_texts(first)[-1]
     assert all("4711" not in json.dumps(r) for r in heartbeat_requests)
+    # Lean by construction: no AGENTS.md, skills by name only, a small tool set.
+    owner_request = json.dumps(llm.requests[0])
+    assert "GROUP-CHAT-ETIQUETTE" in owner_request and "FORECAST-DESCRIPTION" in owner_request
+    lean = json.dumps(first)
+    assert "GROUP-CHAT-ETIQUETTE" not in lean and "FORECAST-DESCRIPTION" not in lean
+    assert "- weather" in first["messages"][0]["content"]
+    tools = {t["function"]["name"] for t in first["tools"]}
+    assert tools <= LEAN_TOOLS and "memory_core_update" not in tools and "file_write" not in tools
     # Only the loud result reached the owner's log; silent ones stay in the job's log.
     contents = [r["content"] for r in log_lines(klaw_home, CHAT)]
     assert contents == [

@@ -155,6 +155,8 @@ class ContextInput:
     chat_kind: ChatKind = "private"
     allow_private_memory_in_groups: bool = False
     count_tokens: TokenCounterFn = _DEFAULT_COUNTER
+    # Workspace files left out (the heartbeat's lean context skips AGENTS.md).
+    skip_files: frozenset[str] = frozenset()
 
     @classmethod
     def from_limits(cls, limits: ContextLimits, **kwargs: Any) -> ContextInput:
@@ -496,7 +498,7 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
     files: list[tuple[str, str, str]] = []  # (file name, heading, body)
     cut_on_read: list[str] = []
     for name, heading in WORKSPACE_FILES:
-        if name in PRIVATE_FILES and not private_ok:
+        if (name in PRIVATE_FILES and not private_ok) or name in inp.skip_files:
             continue
         read = _read_workspace_file(inp.workspace / name)
         if read is None:
@@ -513,7 +515,10 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
     if inp.summary and inp.summary.strip():
         tail.append(("summary", _section("Earlier in This Conversation", inp.summary)))
     if inp.skills:
-        lines = [f"- {name}: {' '.join(desc.split())}" for name, desc in inp.skills]
+        lines = [
+            f"- {name}: {' '.join(desc.split())}" if desc.strip() else f"- {name}"
+            for name, desc in inp.skills
+        ]
         lines.append("Load a skill's full instructions with `skill_load` before using it.")
         tail.append(("skills", _section("Available Skills", "\n".join(lines))))
     # The clock goes last: what precedes it stays byte-identical between calls, so

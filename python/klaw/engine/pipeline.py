@@ -128,6 +128,16 @@ SUBAGENT_DENIED_TOOLS: Final = frozenset(
 )
 
 
+#: The heartbeat's tools: what a checklist needs (look things up, read notes, tell
+#: someone), not the whole set; every schema is paid on every hourly run.
+LEAN_TOOLS: Final = frozenset(
+    {"current_time", "memory_search", "file_read", "file_list", "skill_load", "send_message"}
+)
+#: AGENTS.md guides conversations (and is the largest workspace file: ~2k tokens in
+#: OpenClaw's template); a checklist run does without it.
+LEAN_SKIPPED_FILES: Final = frozenset({"AGENTS.md"})
+
+
 class PrioritySlots:
     """A semaphore whose waiters are served by (priority, arrival): lower goes first."""
 
@@ -176,6 +186,7 @@ class _Batch:
     done: asyncio.Future[None] | None = None
     attempt: int = 0  # turns of these messages that found no model
     model: str | None = None  # a subagent's model (else the chat session's)
+    lean: bool = False  # the heartbeat's lean context (see `LEAN_TOOLS`)
 
 
 @dataclass
@@ -252,13 +263,15 @@ class Pipeline:
         *,
         priority: int = INTERACTIVE,
         model: str | None = None,
+        lean: bool = False,
     ) -> None:
         """Store `msg`, queue it for its chat's next turn and wait for that turn.
 
         A `SUBAGENT` turn (a scheduled job) runs after interactive ones waiting for a
         slot, sees `context.subagentWindow` rows of its own chat, answers with `model`
         (else `routing.tasks.subagent`), and is not retried when no model answers
-        (the job's run fails and the scheduler records it).
+        (the job's run fails and the scheduler records it). A `lean` turn (the
+        heartbeat) gets no AGENTS.md, skills by name only and `LEAN_TOOLS`.
         """
         row = line_row(inbound_line(msg), msg.channel, msg.chat_id)
         # Stored in a worker thread (a write may wait behind indexing: never on the
@@ -293,7 +306,7 @@ class Pipeline:
                             msg.id,
                             msg.chat_id,
                         )
-                    done = self._enqueue(msg, reply, priority, model=model)
+                    done = self._enqueue(msg, reply, priority, model=model, lean=lean)
                 finally:
                     self._arriving.discard(msg.id)
         if isinstance(msg, Command):
@@ -354,12 +367,14 @@ class Pipeline:
         *,
         attempt: int = 0,
         model: str | None = None,
+        lean: bool = False,
     ) -> asyncio.Future[None]:
         chat = self._chats.setdefault(msg.chat_id, _Chat())
         if chat.batch is None:
             chat.batch = _Batch(done=asyncio.get_running_loop().create_future(), priority=priority)
         batch = chat.batch
         batch.model = model or batch.model
+        batch.lean = batch.lean or lean
         batch.attempt = max(batch.attempt, attempt)
         self._active.add(msg.id)
         batch.messages.append(msg)
@@ -446,6 +461,9 @@ class Pipeline:
         if self._core_problem is not None and not group:
             await self._warn_core(batch, latest)
         registry = self._registry(chat_id, group)
+        if batch.lean:
+            registry = registry.only(LEAN_TOOLS)
+            skills = [(name, "") for name, _ in skills]
         context = assemble_context(
             ContextInput.from_limits(
                 limits,
@@ -458,6 +476,7 @@ class Pipeline:
                 tools=registry.schemas() if self._tools_for(model) else [],
                 skills=skills,
                 chat_kind="group" if group else "private",
+                skip_files=LEAN_SKIPPED_FILES if batch.lean else frozenset(),
             )
         )
         messages = list(context.messages)
@@ -696,13 +715,7 @@ class Pipeline:
             elif chat_id.startswith(SUBAGENT_CHAT_PREFIX):
                 denied = SUBAGENT_DENIED_TOOLS
             if denied & set(registry.names()):
-                from klaw.tools.base import ToolRegistry
-
-                kept = [registry.get(n) for n in registry.names() if n not in denied]
-                registry = ToolRegistry(
-                    [t for t in kept if t is not None],
-                    max_result_chars=registry.max_result_chars,
-                )
+                registry = registry.only(n for n in registry.names() if n not in denied)
             self._registries[chat_id] = registry
         return registry
 

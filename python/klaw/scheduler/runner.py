@@ -192,7 +192,9 @@ class JobRunner:
         async def collect(reply: Outbound | Error) -> None:
             got.append(reply)
 
-        await self.pipeline.handle(msg, collect, priority=SUBAGENT, model=spec.model)
+        await self.pipeline.handle(
+            msg, collect, priority=SUBAGENT, model=spec.model, lean=spec.kind == "heartbeat"
+        )
         answers = [r for r in got if isinstance(r, Outbound)]
         errors = [r for r in got if isinstance(r, Error)]
         if not answers:

@@ -88,6 +88,13 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
+    def only(self, names: Iterable[str]) -> ToolRegistry:
+        """A registry with those of `names` this one has (same tools, same limits)."""
+        keep = set(names)
+        return ToolRegistry(
+            [t for n, t in self._tools.items() if n in keep], max_result_chars=self.max_result_chars
+        )
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
