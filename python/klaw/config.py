@@ -299,6 +299,7 @@ class HeartbeatConfig(_Section):
 
 
 class SchedulerConfig(_Section):
+    enabled: bool = True  # false: no jobs run, no heartbeat (scheduler.db untouched)
     timezone: str | None = None  # IANA name for jobs added without one; None: the system's
     catch_up_hours: Annotated[float, Field(gt=0)] = 12.0  # a due time later than this is missed
     heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)

@@ -119,13 +119,16 @@ async def run(
             router = Router(config)
             for problem in router.check():
                 log.warning("routing: %s", problem)
-            scheduler, control, outbox = _scheduling(config, paths, memory, server)
+            control = outbox = None
+            if config.scheduler.enabled:
+                scheduler, control, outbox = _scheduling(config, paths, memory, server)
             pipeline = _pipeline(config, paths, memory, router, server, control)
             server.handler = pipeline
             background = _background(config, memory, quit_background)
-            background += await _start_scheduler(
-                config, paths, scheduler, pipeline, outbox, quit_background
-            )
+            if scheduler is not None and outbox is not None:
+                background += await _start_scheduler(
+                    config, paths, scheduler, pipeline, outbox, quit_background
+                )
         await server.start()
         if started is not None:
             started(server)

@@ -457,7 +457,8 @@ class EngineServer:
         if control is None:
             return Error(
                 code=ErrorCode.UNAVAILABLE,
-                message="the scheduler is not running in this engine (it runs without memory)",
+                message="the scheduler is not running in this engine "
+                "(scheduler.enabled is false in engine.yaml, or it runs without memory)",
                 ref=req.id,
             )
         result = ScheduleResult(id=req.id)

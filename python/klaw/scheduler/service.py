@@ -1,4 +1,4 @@
-"""The engine's scheduler: APScheduler 3 with its SQLAlchemy job store on scheduler.db.
+"""The engine's scheduler: APScheduler 3 with its job store on scheduler.db.
 
 APScheduler keeps the jobs and works out what is due (misfires coalesced: a job that
 fell due several times while the engine was off is handed over once, with its
@@ -75,10 +75,11 @@ class Scheduler:
 
     async def start(self) -> None:
         """Opens the store, settles the previous engine's leftovers, starts firing."""
-        from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-        store = SQLAlchemyJobStore(url=f"sqlite:///{self.db}", tablename="apscheduler_jobs")
+        from klaw.scheduler.store import SqliteJobStore
+
+        store = SqliteJobStore(self.db)
         self._aps = AsyncIOScheduler(
             jobstores={"default": store},
             executors={"default": _Executor(self)},
