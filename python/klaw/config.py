@@ -66,6 +66,7 @@ __all__ = [
     "RoutingTasks",
     "SchedulerConfig",
     "SearchConfig",
+    "SummarizationConfig",
     "TelegramConfig",
     "WatchConfig",
     "default_engine_yaml",
@@ -187,7 +188,7 @@ class ModelConfig(_Section):
 
 class RoutingTasks(_Section):
     """Models of background work: subagents (scheduled jobs without a model of their
-    own) and, planned, background summarization (issue 9)."""
+    own) and background summarization."""
 
     summarization: str = "ollama/qwen3:8b"
     subagent: str = "glm/glm-4-plus"
@@ -295,6 +296,22 @@ class HeartbeatConfig(_Section):
         from klaw.scheduler.cron import parse_cron
 
         parse_cron(value)  # CronError (a ValueError) names the field
+        return value
+
+
+class SummarizationConfig(_Section):
+    """Background summaries of chats into summaries/ (docs/scheduler.md)."""
+
+    enabled: bool = True
+    every_messages: PositiveInt = 50  # new messages of a chat that trigger a summary
+    cron: str = "0 30 3 * * ?"  # and nightly, for chats with a few left over
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from klaw.scheduler.cron import parse_cron
+
+        parse_cron(value)
         return value
 
 
@@ -409,6 +426,7 @@ class EngineConfig(_Section):
     llm: LlmConfig = Field(default_factory=LlmConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    summarization: SummarizationConfig = Field(default_factory=SummarizationConfig)
     code_execution: CodeExecutionConfig = Field(default_factory=CodeExecutionConfig)
     files: FilesConfig = Field(default_factory=FilesConfig)
     commands: list[CommandSpec] = Field(default_factory=_default_commands)
@@ -847,7 +865,6 @@ def load_gateway_config(
 # docstrings say the same). Paths are attribute names; messages use the YAML spelling.
 PLANNED_KEYS: dict[type[BaseModel], dict[tuple[str, ...], str]] = {
     EngineConfig: {
-        ("routing", "tasks", "summarization"): "background summarization, issue 9",
         ("code_execution",): "code sandbox, issue 10",
         ("compatibility",): "OpenClaw compatibility, issue 12",
     },

@@ -8,10 +8,10 @@ import asyncio
 import json
 from typing import Any
 
-from fake_telegram import FakeTelegram
-from helpers import (
+from sched_support import (  # noqa: F401 (fixture)
     CHAT,
     OWNER,
+    FakeTelegram,
     T,
     engine_running,
     engine_yaml,
@@ -19,6 +19,7 @@ from helpers import (
     history,
     klaw,
     log_lines,
+    telegram_fixture,
     until,
 )
 
@@ -35,13 +36,14 @@ def user_texts(request: dict[str, Any]) -> list[str]:
 
 
 async def jobs() -> list[str]:
+    """The jobs listed, besides the built-in nightly `summaries`."""
     rc, out, err = await klaw("schedule", "list", "--json")
     assert rc == 0, err
-    return [j["name"] for j in json.loads(out)["jobs"]]
+    return [j["name"] for j in json.loads(out)["jobs"] if j["name"] != "summaries"]
 
 
 async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_when_not(
-    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, fake_telegram: FakeTelegram
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, telegram: FakeTelegram
 ) -> None:
     engine_yaml(
         klaw_home.engine_config, llm.url, heartbeat={"cron": EVERY_SECOND, "injectInto": CHAT}
@@ -53,20 +55,20 @@ async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_whe
     (skill / "SKILL.md").write_text(
         "---\nname: weather\ndescription: FORECAST-DESCRIPTION for any city\n---\nBody\n"
     )
-    fake_telegram.add_chat(OWNER)
+    telegram.add_chat(OWNER)
     llm.answer("Noted.")  # the owner's own chat first
     llm.answer(SILENT)
     llm.answer("```json\n" + SILENT + "\n```")  # fenced: still silent
     llm.answer("The bank wrote: your card expires on Friday.")
     for _ in range(60):
         llm.answer(SILENT)
-    async with engine_running(klaw_home, backend), gateway_running(klaw_home, fake_telegram) as gw:
+    async with engine_running(klaw_home, backend), gateway_running(klaw_home, telegram) as gw:
         await asyncio.wait_for(gw.connected.wait(), T)
-        fake_telegram.text(OWNER, "My PIN is 4711, keep it secret")
-        (noted,) = await fake_telegram.wait_sent(OWNER, 1, T)
+        telegram.text(OWNER, "My PIN is 4711, keep it secret")
+        (noted,) = await telegram.wait_sent(OWNER, 1, T)
         assert noted.visible == "Noted."
         (klaw_home.workspace / "HEARTBEAT.md").write_text(checklist)
-        (_, loud) = await fake_telegram.wait_sent(OWNER, 2, T)
+        (_, loud) = await telegram.wait_sent(OWNER, 2, T)
         assert loud.visible == "The bank wrote: your card expires on Friday."
         assert "heartbeat" in await jobs()
 
@@ -75,7 +77,7 @@ async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_whe
         (klaw_home.workspace / "HEARTBEAT.md").write_text("- Water the plants\n")
         await _until_jobs(lambda names: "heartbeat" in names)
         _, out, _ = await klaw("schedule", "list", "--json")
-        (hb,) = json.loads(out)["jobs"]
+        (hb,) = [j for j in json.loads(out)["jobs"] if j["name"] == "heartbeat"]
         assert "Water the plants" in hb["message"] and hb["kind"] == "heartbeat"
         assert (await klaw("schedule", "remove", "heartbeat"))[0] == 0
     heartbeat_requests = [r for r in llm.requests if "HEARTBEAT.md" in user_texts(r)[-1]]
@@ -123,26 +125,26 @@ async def _offline(paths: KlawPaths) -> list[dict[str, Any]]:
 
 
 async def test_a_slow_subagent_delays_an_interactive_reply_by_one_model_call_at_most(
-    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, fake_telegram: FakeTelegram
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, telegram: FakeTelegram
 ) -> None:
     engine_yaml(klaw_home.engine_config, llm.url, maxConcurrentLlm=1)
     (klaw_home.conversations / CHAT).mkdir(parents=True)
-    fake_telegram.add_chat(OWNER)
+    telegram.add_chat(OWNER)
     llm.hold = asyncio.Event()
     llm.answer(None, [call("c1", "current_time", "{}")])  # the subagent's first round
     llm.answer("Hello!")  # the owner's reply: next in line, before the subagent's 2nd round
     llm.answer(SILENT)  # the subagent's last round
-    async with engine_running(klaw_home, backend), gateway_running(klaw_home, fake_telegram) as gw:
+    async with engine_running(klaw_home, backend), gateway_running(klaw_home, telegram) as gw:
         await asyncio.wait_for(gw.connected.wait(), T)
         rc, _, err = await klaw("schedule", "add", "research", "0 0 0 1 1 ? 2099", "Research")
         assert rc == 0, err
         rc, _, err = await klaw("schedule", "run", "research")
         assert rc == 0, err
         await asyncio.wait_for(llm.arrived.wait(), T)  # the subagent holds the one slot
-        fake_telegram.text(OWNER, "hi")
+        telegram.text(OWNER, "hi")
         await _until_status(lambda c: c.get("llm_waiting", 0) >= 1)  # the owner waits
         llm.hold.set()
-        (reply,) = await fake_telegram.wait_sent(OWNER, 1, T)
+        (reply,) = await telegram.wait_sent(OWNER, 1, T)
         await until(lambda: len(llm.requests) == 3)
     assert reply.visible == "Hello!"
     assert [user_texts(r)[-1] for r in llm.requests] == ["Research", "hi", "Research"]
@@ -162,12 +164,12 @@ async def _until_status(predicate: Any) -> None:
 
 
 async def test_pre_checks_cost_nothing_when_quiet_and_failures_are_told_once(
-    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, fake_telegram: FakeTelegram
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, telegram: FakeTelegram
 ) -> None:
     engine_yaml(klaw_home.engine_config, llm.url)
     (klaw_home.conversations / CHAT).mkdir(parents=True)
-    fake_telegram.add_chat(OWNER)
-    async with engine_running(klaw_home, backend), gateway_running(klaw_home, fake_telegram) as gw:
+    telegram.add_chat(OWNER)
+    async with engine_running(klaw_home, backend), gateway_running(klaw_home, telegram) as gw:
         await asyncio.wait_for(gw.connected.wait(), T)
         rc, _, err = await klaw(
             "schedule", "add", "quiet", EVERY_SECOND, "Look", "--precheck", "test -e nothing-here",
@@ -192,7 +194,7 @@ async def test_pre_checks_cost_nothing_when_quiet_and_failures_are_told_once(
         for name in ("quiet", "broken"):
             assert (await klaw("schedule", "remove", name))[0] == 0
         broken_runs = await history("broken")
-        told = await fake_telegram.wait_sent(OWNER, 1, T)
+        told = await telegram.wait_sent(OWNER, 1, T)
     assert llm.requests == []  # no run woke the model: zero tokens
     assert all(r["tokensIn"] == 0 for r in broken_runs)
     failed = [r for r in broken_runs if r["status"] == "failed"]  # newest may still run
@@ -202,14 +204,14 @@ async def test_pre_checks_cost_nothing_when_quiet_and_failures_are_told_once(
 
 
 async def test_a_daily_token_cap_rests_the_job_and_says_so_once(
-    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, fake_telegram: FakeTelegram
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, telegram: FakeTelegram
 ) -> None:
     engine_yaml(klaw_home.engine_config, llm.url)
     (klaw_home.conversations / CHAT).mkdir(parents=True)
-    fake_telegram.add_chat(OWNER)
+    telegram.add_chat(OWNER)
     for _ in range(10):
         llm.answer(SILENT)  # 10 + 3 tokens each (the fake's usage)
-    async with engine_running(klaw_home, backend), gateway_running(klaw_home, fake_telegram) as gw:
+    async with engine_running(klaw_home, backend), gateway_running(klaw_home, telegram) as gw:
         await asyncio.wait_for(gw.connected.wait(), T)
         rc, _, err = await klaw(
             "schedule", "add", "capped", EVERY_SECOND, "Look", "--daily-token-cap", "20",
@@ -223,7 +225,7 @@ async def test_a_daily_token_cap_rests_the_job_and_says_so_once(
 
         await asyncio.wait_for(capped_thrice(), T)
         assert (await klaw("schedule", "remove", "capped"))[0] == 0
-        told = await fake_telegram.wait_sent(OWNER, 1, T)
+        told = await telegram.wait_sent(OWNER, 1, T)
         runs = await history("capped")
     ran = [r for r in runs if r["status"] == "silent"]
     assert len(ran) == 2 and len(llm.requests) == 2  # 13, then 26 ≥ 20: resting
@@ -231,19 +233,19 @@ async def test_a_daily_token_cap_rests_the_job_and_says_so_once(
 
 
 async def test_jobs_are_added_and_removed_while_jobs_fire_and_chats_are_busy(
-    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, fake_telegram: FakeTelegram
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, telegram: FakeTelegram
 ) -> None:
     engine_yaml(klaw_home.engine_config, llm.url)
-    fake_telegram.add_chat(OWNER)
+    telegram.add_chat(OWNER)
     for _ in range(400):
         llm.answer(SILENT)
-    async with engine_running(klaw_home, backend), gateway_running(klaw_home, fake_telegram) as gw:
+    async with engine_running(klaw_home, backend), gateway_running(klaw_home, telegram) as gw:
         await asyncio.wait_for(gw.connected.wait(), T)
         for i in range(3):  # jobs firing all along
             rc, _, err = await klaw("schedule", "add", f"tick{i}", EVERY_SECOND, "tick")
             assert rc == 0, err
         for i in range(10):
-            fake_telegram.text(OWNER, f"message {i}")
+            telegram.text(OWNER, f"message {i}")
 
         async def churn(i: int) -> None:
             rc, _, err = await klaw("schedule", "add", f"churn{i}", "0 0 8 * * ?", "x")
@@ -253,7 +255,7 @@ async def test_jobs_are_added_and_removed_while_jobs_fire_and_chats_are_busy(
 
         await asyncio.wait_for(asyncio.gather(*(churn(i) for i in range(8))), 120)
         assert sorted(await jobs()) == ["tick0", "tick1", "tick2"]
-        await fake_telegram.wait_sent(OWNER, 1, T)  # the owner was answered meanwhile
+        await telegram.wait_sent(OWNER, 1, T)  # the owner was answered meanwhile
         for i in range(3):
             assert (await klaw("schedule", "remove", f"tick{i}"))[0] == 0
         assert await jobs() == []

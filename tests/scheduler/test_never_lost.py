@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from helpers import T, engine_yaml, history, klaw, quartz_at, seconds_ahead, until
+from sched_support import T, engine_yaml, history, klaw, quartz_at, seconds_ahead, until
 
 from klaw.paths import KlawPaths
 from klaw.scheduler.jobs import JobSpec

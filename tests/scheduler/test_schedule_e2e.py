@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from fake_telegram import FakeTelegram
-from helpers import (
+from sched_support import (  # noqa: F401 (fixture)
     CHAT,
     OWNER,
+    FakeTelegram,
     T,
     engine_running,
     engine_yaml,
@@ -23,6 +23,7 @@ from helpers import (
     log_lines,
     quartz_at,
     seconds_ahead,
+    telegram_fixture,
     until,
 )
 
@@ -89,7 +90,7 @@ async def test_add_answers_the_next_three_times_and_refuses_bad_jobs_by_name(
         assert rc == 1 and "no job named 'ghost'" in err
 
         rc, out, _ = await klaw("schedule", "list", "--json")
-        assert [j["name"] for j in json.loads(out)["jobs"]] == ["weather"]
+        assert sorted(j["name"] for j in json.loads(out)["jobs"]) == ["summaries", "weather"]
         rc, out, err = await klaw("schedule", "remove", "weather")
         assert rc == 0 and "removed weather" in out
     # The engine is down: the CLI says so instead of hanging or tracing back.
@@ -98,7 +99,7 @@ async def test_add_answers_the_next_three_times_and_refuses_bad_jobs_by_name(
 
 
 async def test_a_job_runs_as_a_subagent_and_reaches_the_owner_through_the_gateway(
-    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, fake_telegram: FakeTelegram
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, telegram: FakeTelegram
 ) -> None:
     engine_yaml(klaw_home.engine_config, llm.url)
     known_chat(klaw_home)
@@ -106,14 +107,14 @@ async def test_a_job_runs_as_a_subagent_and_reaches_the_owner_through_the_gatewa
     llm.answer("Rain at 8, take an umbrella.")  # second run: worth telling
     for _ in range(50):  # later runs, until the job is removed: quiet again
         llm.answer('{"silent": true, "reason": "nothing new"}')
-    fake_telegram.add_chat(OWNER)
-    async with engine_running(klaw_home, backend), gateway_running(klaw_home, fake_telegram) as gw:
+    telegram.add_chat(OWNER)
+    async with engine_running(klaw_home, backend), gateway_running(klaw_home, telegram) as gw:
         await asyncio.wait_for(gw.connected.wait(), T)
         rc, _, err = await klaw(
             "schedule", "add", "rain", EVERY_SECOND, "Check the forecast", "--inject-into", CHAT
         )
         assert rc == 0, err
-        (sent,) = await fake_telegram.wait_sent(OWNER, 1, T)
+        (sent,) = await telegram.wait_sent(OWNER, 1, T)
         rc, _, err = await klaw("schedule", "remove", "rain")
         assert rc == 0, err
         assert sent.visible == "Rain at 8, take an umbrella."
@@ -138,12 +139,12 @@ async def test_a_job_runs_as_a_subagent_and_reaches_the_owner_through_the_gatewa
 
 
 async def test_a_result_made_while_the_gateway_is_down_is_delivered_when_it_is_back(
-    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, fake_telegram: FakeTelegram
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, telegram: FakeTelegram
 ) -> None:
     engine_yaml(klaw_home.engine_config, llm.url)
     known_chat(klaw_home)
     llm.answer("Your parcel arrived.")
-    fake_telegram.add_chat(OWNER)
+    telegram.add_chat(OWNER)
     async with engine_running(klaw_home, backend):
         due = seconds_ahead(2, 1)
         rc, _, err = await klaw(
@@ -153,9 +154,9 @@ async def test_a_result_made_while_the_gateway_is_down_is_delivered_when_it_is_b
         assert rc == 0, err
         await until(lambda: len(list(klaw_home.outbox.glob("*.json"))) == 1)
         assert [r["status"] for r in await history("parcel")] == ["ok"]
-        async with gateway_running(klaw_home, fake_telegram):
-            (sent,) = await fake_telegram.wait_sent(OWNER, 1, T)
+        async with gateway_running(klaw_home, telegram):
+            (sent,) = await telegram.wait_sent(OWNER, 1, T)
             await until(lambda: not list(klaw_home.outbox.glob("*.json")))
     assert sent.visible == "Your parcel arrived."
     assert [r["content"] for r in log_lines(klaw_home, CHAT)] == ["Your parcel arrived."]
-    assert len(fake_telegram.sent_to(OWNER)) == 1
+    assert len(telegram.sent_to(OWNER)) == 1

@@ -249,7 +249,12 @@ async def _start_scheduler(
     from klaw.scheduler.control import system_zone
     from klaw.scheduler.heartbeat import HeartbeatWatcher
     from klaw.scheduler.runner import JobRunner
+    from klaw.scheduler.summaries import Summarizer, sync_summary_job
 
+    summarizer = None
+    if config.summarization.enabled:
+        summarizer = Summarizer(config, paths, pipeline.memory, pipeline)
+        pipeline.after_turn = summarizer.after_turn
     scheduler.run_job = JobRunner(
         config,
         paths.conversations,
@@ -257,9 +262,11 @@ async def _start_scheduler(
         scheduler.ledger,
         outbox,
         workspace=paths.workspace,
+        summarizer=summarizer,
     )
     await scheduler.start()
     zone = config.scheduler.timezone or system_zone()
+    await sync_summary_job(scheduler, config, zone)
     heartbeat = HeartbeatWatcher(scheduler, paths.workspace, config, zone)
     return [
         asyncio.create_task(_logged(outbox.run(stop), "outbox")),

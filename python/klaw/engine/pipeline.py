@@ -238,6 +238,8 @@ class Pipeline:
 
             commands = Commands(config, paths, memory, now=self._now)
         self.commands = commands
+        #: Called with the chat id after each interactive reply (background summaries).
+        self.after_turn: Callable[[str], None] | None = None
 
     def _default_registry(self, chat_id: str) -> ToolRegistry:
         from klaw.tools import builtin_registry
@@ -537,11 +539,21 @@ class Pipeline:
         )
         await asyncio.to_thread(self._finish, out, latest)
         await _send(reply, out)
+        if self.after_turn is not None and batch.priority < SUBAGENT:
+            self.after_turn(chat_id)
 
     async def _complete(self, request: LlmRequest, model: str, batch: _Batch) -> LlmResponse:
         if batch.priority < SUBAGENT:
             return await self.router.complete(request, model=model)  # `_run` holds a slot
         await self._slots.acquire(batch.priority)
+        try:
+            return await self.router.complete(request, model=model)
+        finally:
+            self._slots.release()
+
+    async def complete_background(self, request: LlmRequest, model: str) -> LlmResponse:
+        """One model call for background work (summaries), at subagent priority."""
+        await self._slots.acquire(SUBAGENT)
         try:
             return await self.router.complete(request, model=model)
         finally:
@@ -649,7 +661,7 @@ class Pipeline:
         subagent = batch.priority >= SUBAGENT
         if subagent:
             stored = batch.model or self.config.routing.tasks.subagent
-        model = self._usable_model(stored)
+        model = self.usable_model(stored)
         limits = model_limits(self.config, model, subagent=subagent)
         # Room for the window after merging debounced user runs and keeping tool
         # calls with their results; more rows would only be read to be dropped.
@@ -680,7 +692,7 @@ class Pipeline:
         summary = latest_summary(self.paths.summaries, chat_id, since or None)
         return model, limits, rows, core_text, self._skills(), summary
 
-    def _usable_model(self, stored: str) -> str:
+    def usable_model(self, stored: str) -> str:
         """The chat's model, or `routing.default` when it cannot be used.
 
         A model removed from engine.yaml, or one whose remote provider has no key

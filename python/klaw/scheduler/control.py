@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from klaw.scheduler.jobs import HEARTBEAT, JobError, JobSpec, check_name
 from klaw.scheduler.ledger import Run
+from klaw.scheduler.summaries import SUMMARY_JOB
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -71,6 +72,11 @@ class ScheduleControl:
             raise JobError(
                 "the name 'heartbeat' is kept for the job made from HEARTBEAT.md; "
                 "edit that file instead, or pick another name"
+            )
+        if name == SUMMARY_JOB:
+            raise JobError(
+                f"the name {SUMMARY_JOB!r} is kept for background summaries "
+                "(engine.yaml `summarization`); pick another name"
             )
         spec = JobSpec(
             name=name,

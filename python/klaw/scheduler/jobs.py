@@ -58,7 +58,7 @@ class JobSpec:
     inject_into: str | None = None
     precheck: str | None = None
     daily_token_cap: int | None = None
-    kind: str = "cron"  # "cron", "heartbeat" or "once" (subagent_spawn)
+    kind: str = "cron"  # "cron", "heartbeat", "once" (subagent_spawn) or "summaries"
     created: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -88,7 +88,7 @@ class JobSpec:
             or self.daily_token_cap < 1
         ):
             raise JobError(f"job {self.name!r}: dailyTokenCap must be a positive whole number")
-        if self.kind not in ("cron", "heartbeat", "once"):
+        if self.kind not in ("cron", "heartbeat", "once", "summaries"):
             raise JobError(f"job {self.name!r}: unknown kind {self.kind!r}")
         if self.kind != "once":
             self.parsed()  # raises CronError naming the field

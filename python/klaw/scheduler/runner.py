@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from klaw.config import EngineConfig
     from klaw.engine.pipeline import Pipeline
     from klaw.scheduler.outbox import Outbox
+    from klaw.scheduler.summaries import Summarizer
 
 __all__ = ["JobRunner", "PrecheckResult", "is_silent", "run_precheck"]
 
@@ -126,6 +127,7 @@ class JobRunner:
         *,
         workspace: Path,
         now: Callable[[], datetime] | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
         self.config = config
         self.conversations = paths
@@ -134,6 +136,7 @@ class JobRunner:
         self.outbox = outbox
         self.workspace = workspace
         self._now = now or (lambda: datetime.now(UTC))
+        self.summarizer = summarizer
 
     async def __call__(self, spec: JobSpec, due: datetime) -> None:
         name = spec.name
@@ -141,6 +144,9 @@ class JobRunner:
             log.info("job %s due %s is not waiting to run: skipped", name, due)
             return
         tokens_in = tokens_out = 0
+        if spec.kind == "summaries":
+            await self._summaries(spec, due)
+            return
         try:
             if await self._over_cap(spec, due):
                 return
@@ -174,6 +180,19 @@ class JobRunner:
             await self._recovered(spec)
         except _RunFailed as exc:
             await self._failed(spec, due, str(exc), tokens_in, tokens_out)
+
+    async def _summaries(self, spec: JobSpec, due: datetime) -> None:
+        """The built-in nightly job: summarize every chat with messages left over."""
+        if self.summarizer is None:
+            await asyncio.to_thread(
+                self.ledger.finish, spec.name, due, "failed", error="summaries are off"
+            )
+            return
+        written = await self.summarizer.run_all()
+        await asyncio.to_thread(
+            self.ledger.finish, spec.name, due, "ok", error=None if written else "nothing new"
+        )
+        log.info("nightly summaries: %d written", written)
 
     # --- the turn --------------------------------------------------------
 

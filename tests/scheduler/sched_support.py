@@ -13,6 +13,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gateway"))
 from fake_telegram import TOKEN, FakeTelegram
 
 from klaw.config import GatewayConfig
@@ -23,6 +26,16 @@ from klaw.gateway.telegram import TelegramChannel
 from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
 
+
+@pytest.fixture(name="telegram")
+async def telegram_fixture() -> AsyncIterator[FakeTelegram]:
+    """The fake Telegram Bot API of the gateway tests, on 127.0.0.1."""
+    server = FakeTelegram()
+    await server.start()
+    yield server
+    await server.close()
+
+
 T = 30.0
 OWNER = 100
 CHAT = f"telegram_{OWNER}"
@@ -30,7 +43,12 @@ FAST = GatewayTimings(reconnect_initial_s=0.02, reconnect_max_s=0.2, typing_ever
 
 
 def engine_yaml(
-    path: Path, url: str, *, heartbeat: dict[str, str] | None = None, **processing: Any
+    path: Path,
+    url: str,
+    *,
+    heartbeat: dict[str, str] | None = None,
+    summarization: dict[str, Any] | None = None,
+    **processing: Any,
 ) -> Path:
     """engine.yaml with one fake model (`fake/m` at `url`), used for subagents too;
     `heartbeat` sets keys of `scheduler.heartbeat`."""
@@ -64,6 +82,8 @@ def engine_yaml(
     ]
     if heartbeat:
         lines += ["  heartbeat:", *(f"    {k}: {json.dumps(v)}" for k, v in heartbeat.items())]
+    if summarization:
+        lines += ["summarization:", *(f"  {k}: {json.dumps(v)}" for k, v in summarization.items())]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -85,13 +105,15 @@ def gateway_config(fake: FakeTelegram) -> GatewayConfig:
 
 
 @contextlib.asynccontextmanager
-async def engine_running(paths: KlawPaths, backend: Any) -> AsyncIterator[None]:
-    """The real engine in this loop, with the config in `paths.engine_config`."""
+async def engine_running(paths: KlawPaths, backend: Any) -> AsyncIterator[Any]:
+    """The real engine in this loop, with the config in `paths.engine_config`;
+    yields its server (`.handler` is the pipeline, `.scheduler` the controls)."""
     from klaw.config import load_engine_config
     from klaw.memory import Memory
 
     config = load_engine_config(paths.engine_config)
     stop, ready = asyncio.Event(), asyncio.Event()
+    got: list[Any] = []
     task = asyncio.create_task(
         run_engine(
             paths,
@@ -99,13 +121,14 @@ async def engine_running(paths: KlawPaths, backend: Any) -> AsyncIterator[None]:
             stop=stop,
             ready=ready,
             config=config,
+            started=got.append,
         )
     )
     waiter = asyncio.create_task(ready.wait())
     await asyncio.wait({task, waiter}, timeout=T, return_when=asyncio.FIRST_COMPLETED)
     assert ready.is_set(), f"engine did not start: {task.result() if task.done() else '?'}"
     try:
-        yield
+        yield got[0]
     finally:
         stop.set()
         assert await asyncio.wait_for(task, T) == 0

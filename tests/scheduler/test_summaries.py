@@ -1,0 +1,149 @@
+"""Background summaries end to end: the real engine and pipeline, the scripted model
+server, summaries/ files, klaw.db's summaries table, archival memory, the context of
+the next turn, the nightly job, and `klaw reindex` rebuilding the table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sched_support import T, engine_running, engine_yaml, history, klaw, until
+
+from klaw.config import load_engine_config
+from klaw.memory import Memory
+from klaw.paths import KlawPaths
+from klaw.scheduler.summaries import SYSTEM, last_summary
+from klaw.wire.protocol import Inbound, Outbound, new_id
+from scripted_llm import FakeLLM
+
+CHAT = "telegram_100"
+
+
+def is_summary_request(request: dict[str, Any]) -> bool:
+    return request["messages"][0]["content"] == SYSTEM
+
+
+async def say(server: Any, text: str, chat: str = CHAT) -> Outbound:
+    got: list[Any] = []
+
+    async def reply(msg: Any) -> None:
+        got.append(msg)
+
+    msg = Inbound(id=new_id(), ts=datetime.now(UTC), channel="telegram", chat_id=chat, content=text)
+    await server.handler.handle(msg, reply)
+    (out,) = [m for m in got if isinstance(m, Outbound)]
+    return out
+
+
+async def test_every_n_messages_a_summary_is_written_indexed_used_and_reindexed(
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any
+) -> None:
+    engine_yaml(klaw_home.engine_config, llm.url, summarization={"everyMessages": 4})
+    (klaw_home.conversations / CHAT).mkdir(parents=True)
+    llm.answer("The shed needs 40 planks.")
+    llm.answer("Timber comes Thursday.")
+    llm.answer("- Alex builds a garden shed: 40 planks of larch, timber due Thursday.")
+    llm.answer("Noted.")
+    folder = klaw_home.summaries / CHAT
+    async with engine_running(klaw_home, backend) as server:
+        await say(server, "How many planks for the shed?")
+        assert last_summary(folder) is None  # 2 messages: not yet
+        await say(server, "When does the larch timber arrive?")
+        await until(lambda: last_summary(folder) is not None)
+        await until(lambda: len(llm.requests) == 3)
+        covered = last_summary(folder)
+        assert covered is not None
+        assert covered.path.name.endswith("_msg_001_004.md")
+        assert covered.to_ordinal == 4
+        assert "40 planks of larch" in covered.text
+        # The summarizer saw the four messages, and nothing else of the log.
+        summary_request = llm.requests[2]
+        assert is_summary_request(summary_request)
+        transcript = summary_request["messages"][1]["content"]
+        assert "How many planks" in transcript and "Timber comes Thursday." in transcript
+        # The next turn gets it before its window.
+        await say(server, "Remind me what we planned")
+        system = llm.requests[3]["messages"][0]["content"]
+        assert "40 planks of larch" in system and "Earlier in This Conversation" in system
+        # It is searchable in archival memory.
+        rc, out, err = await klaw("memory", "search", "larch planks garden shed", "--json")
+        assert rc == 0, err
+        hits = json.loads(out)
+        assert any("40 planks of larch" in h["content"] for h in hits)
+        assert any(h["citation"].startswith("summaries/telegram_100/") for h in hits)
+    # The table and the index come back from the files.
+    config = load_engine_config(klaw_home.engine_config)
+    mem = Memory.open(paths=klaw_home, config=config, backend=backend)
+    try:
+        before = dict(mem.store.stats())["summaries"]
+    finally:
+        mem.close()
+    assert before == 1
+    rc, out, err = await klaw("reindex", "--no-progress")
+    assert rc == 0, err
+    mem = Memory.open(paths=klaw_home, config=config, backend=backend)
+    try:
+        assert dict(mem.store.stats())["summaries"] == 1
+        hits = mem.search("larch planks garden shed", top_k=5)
+    finally:
+        mem.close()
+    assert any("40 planks of larch" in h.content for h in hits)  # indexed again from the file
+
+
+async def test_the_next_summary_continues_the_numbering_and_folds_in_the_last(
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any
+) -> None:
+    engine_yaml(klaw_home.engine_config, llm.url, summarization={"everyMessages": 2})
+    (klaw_home.conversations / CHAT).mkdir(parents=True)
+    llm.answer("ok one")
+    llm.answer("- First summary: Jana's birthday is on 3 May.")
+    llm.answer("ok two")
+    llm.answer("- Jana's birthday 3 May; cake ordered at Ovocny bar.")
+    folder = klaw_home.summaries / CHAT
+    async with engine_running(klaw_home, backend) as server:
+        await say(server, "Jana's birthday is 3 May")
+        await until(lambda: last_summary(folder) is not None)
+        await until(lambda: len(llm.requests) == 2)
+        await say(server, "I ordered the cake")
+        await until(lambda: (c := last_summary(folder)) is not None and c.to_ordinal == 4)
+    names = sorted(p.name for p in folder.iterdir())
+    assert [n[11:] for n in names] == ["msg_001_002.md", "msg_003_004.md"]
+    second = llm.requests[3]
+    assert is_summary_request(second)
+    transcript = second["messages"][1]["content"]
+    assert "First summary: Jana's birthday" in transcript  # folded in
+    assert "Jana's birthday is 3 May" not in transcript.split("to summarize:")[1]  # covered
+
+
+async def test_the_nightly_job_summarizes_chats_left_over_and_skips_quiet_ones(
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any
+) -> None:
+    engine_yaml(klaw_home.engine_config, llm.url, summarization={"everyMessages": 50})
+    for chat in (CHAT, "telegram_200"):
+        (klaw_home.conversations / chat).mkdir(parents=True)
+    for i in range(3):
+        llm.answer(f"reply {i}")
+    llm.answer("- Busy chat: three questions about the boiler.")
+    async with engine_running(klaw_home, backend) as server:
+        for i in range(3):
+            await say(server, f"Boiler question {i}")  # 6 messages: below 50, at the minimum
+        assert last_summary(klaw_home.summaries / CHAT) is None
+        rc, out, err = await klaw("schedule", "list", "--json")
+        assert rc == 0, err
+        (job,) = [j for j in json.loads(out)["jobs"] if j["name"] == "summaries"]
+        assert job["cron"] == "0 30 3 * * ?" and job["kind"] == "summaries"
+        rc, _, err = await klaw("schedule", "run", "summaries")
+        assert rc == 0, err
+
+        async def done() -> None:
+            while not any(r["status"] == "ok" for r in await history("summaries")):
+                await asyncio.sleep(0.1)
+
+        await asyncio.wait_for(done(), T)
+        rc, _, err = await klaw("schedule", "add", "summaries", "0 8 * * *", "x")
+        assert rc == 1 and "kept for background summaries" in err
+    assert last_summary(klaw_home.summaries / CHAT) is not None
+    assert last_summary(klaw_home.summaries / "telegram_200") is None  # nothing said there
+    assert sum(is_summary_request(r) for r in llm.requests) == 1
