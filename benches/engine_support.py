@@ -76,6 +76,10 @@ def write_engine_yaml(config_dir: Path, endpoint: str, *, debounce_ms: int = 0) 
                 f"  slidingWindow: {WINDOW}",
                 "processing:",
                 f"  debounceMs: {debounce_ms}",
+                # The history's chats hold thousands of messages: background summaries
+                # would add model calls of their own to the per-message figures.
+                "summarization:",
+                "  enabled: false",
                 "",
             ]
         )

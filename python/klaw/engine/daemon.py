@@ -255,6 +255,7 @@ async def _start_scheduler(
     if config.summarization.enabled:
         summarizer = Summarizer(config, paths, pipeline.memory, pipeline)
         pipeline.after_turn = summarizer.after_turn
+        scheduler.on_stop.append(summarizer.aclose)
     scheduler.run_job = JobRunner(
         config,
         paths.conversations,

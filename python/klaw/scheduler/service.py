@@ -70,6 +70,8 @@ class Scheduler:
         self._aps: AsyncIOScheduler | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}  # job name → its running run
         self._lock = asyncio.Lock()  # add/remove/list against each other
+        #: Awaited by `stop` first (background work tied to the scheduler's life).
+        self.on_stop: list[Callable[[], Awaitable[None]]] = []
 
     # --- life cycle ------------------------------------------------------
 
@@ -121,6 +123,8 @@ class Scheduler:
         (their ledger rows stay `running` and are settled at the next start)."""
         if self._aps is not None and self._aps.running:
             self._aps.shutdown(wait=False)
+        for hook in self.on_stop:
+            await hook()
         tasks = list(self._tasks.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout)

@@ -110,6 +110,7 @@ class Summarizer:
         self.memory = memory
         self.pipeline = pipeline
         self._running: dict[str, asyncio.Task[Path | None]] = {}
+        self._closed = False
 
     @property
     def every(self) -> int:
@@ -117,7 +118,7 @@ class Summarizer:
 
     def after_turn(self, chat_id: str) -> None:
         """Called by the pipeline after each reply: summarize once enough is new."""
-        if chat_id.startswith("scheduler_") or chat_id in self._running:
+        if self._closed or chat_id.startswith("scheduler_") or chat_id in self._running:
             return
         task = asyncio.get_running_loop().create_task(self._guarded(chat_id, self.every))
         self._running[chat_id] = task
@@ -135,10 +136,14 @@ class Summarizer:
                 written += 1
         return written
 
-    async def wait(self) -> None:
-        """Waits for the summaries being written (tests, shutdown)."""
-        if self._running:
-            await asyncio.gather(*self._running.values(), return_exceptions=True)
+    async def aclose(self) -> None:
+        """Stops taking turns and cancels summaries in progress (a model call is
+        abandoned; a file already written stays and is indexed at the next start)."""
+        self._closed = True
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _chats(self) -> list[str]:
         try:
@@ -151,10 +156,15 @@ class Summarizer:
             return []
 
     async def _guarded(self, chat_id: str, minimum: int) -> Path | None:
+        from klaw.errors import Cancelled
+
         try:
             return await self.summarize(chat_id, minimum=minimum)
         except asyncio.CancelledError:
             raise
+        except Cancelled:  # the engine is stopping; the file is indexed at the next start
+            log.info("summary of %s written, indexing cancelled: the engine is stopping", chat_id)
+            return None
         except Exception:  # background work: log it, the next trigger tries again
             log.exception("summarizing %s failed", chat_id)
             return None
