@@ -325,14 +325,9 @@ class SchedulerConfig(_Section):
     @classmethod
     def _zone(cls, value: str | None) -> str | None:
         if value is not None:
-            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+            from klaw.scheduler.cron import zone_named
 
-            try:
-                ZoneInfo(value)
-            except (ZoneInfoNotFoundError, ValueError):
-                raise ValueError(
-                    f"unknown time zone {value!r} (an IANA name such as 'Europe/Berlin')"
-                ) from None
+            zone_named(value)  # CronError (a ValueError) says what is expected
         return value
 
 

@@ -545,14 +545,11 @@ class Pipeline:
     async def _complete(self, request: LlmRequest, model: str, batch: _Batch) -> LlmResponse:
         if batch.priority < SUBAGENT:
             return await self.router.complete(request, model=model)  # `_run` holds a slot
-        await self._slots.acquire(batch.priority)
-        try:
-            return await self.router.complete(request, model=model)
-        finally:
-            self._slots.release()
+        return await self.complete_background(request, model)
 
     async def complete_background(self, request: LlmRequest, model: str) -> LlmResponse:
-        """One model call for background work (summaries), at subagent priority."""
+        """One model call at subagent priority, holding a slot for that call only
+        (subagent turns, summaries)."""
         await self._slots.acquire(SUBAGENT)
         try:
             return await self.router.complete(request, model=model)

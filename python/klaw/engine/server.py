@@ -461,38 +461,37 @@ class EngineServer:
                 "(scheduler.enabled is false in engine.yaml, or it runs without memory)",
                 ref=req.id,
             )
-        result = ScheduleResult(id=req.id)
         if req.action == "list":
             running = set(control.scheduler.running)
-            result.jobs.extend(
-                _job(s.spec, s.next_run, s.spec.name in running) for s in await control.jobs()
+            jobs = await control.jobs()
+            return ScheduleResult(
+                id=req.id,
+                jobs=[_job(s.spec, s.next_run, s.spec.name in running) for s in jobs],
             )
-        elif req.action == "history":
+        if req.action == "history":
             runs = await control.history(req.name, req.limit)
-            result.runs.extend(JobRun(**dataclasses.asdict(r)) for r in runs)
-        else:
-            if not req.name:
-                raise InvalidInput(f"schedule {req.action} needs the job's name")
-            if req.action == "add":
-                if not req.cron or not req.message:
-                    raise InvalidInput("schedule add needs a name, a cron expression and a message")
-                spec, times = await control.add(
-                    req.name,
-                    req.cron,
-                    req.message,
-                    model=req.model,
-                    inject_into=req.inject_into,
-                    timezone=req.timezone,
-                    precheck=req.precheck,
-                    daily_token_cap=req.daily_token_cap,
-                )
-                result.jobs.append(_job(spec, times[0] if times else None))
-                result.next_times.extend(times)
-            elif req.action == "remove":
-                result.jobs.append(_job(await control.remove(req.name), None))
-            else:
-                return result.model_copy(update={"due": await control.run(req.name)})
-        return result
+            return ScheduleResult(id=req.id, runs=[JobRun(**dataclasses.asdict(r)) for r in runs])
+        if not req.name:
+            raise InvalidInput(f"schedule {req.action} needs the job's name")
+        if req.action == "add":
+            if not req.cron or not req.message:
+                raise InvalidInput("schedule add needs a name, a cron expression and a message")
+            spec, times = await control.add(
+                req.name,
+                req.cron,
+                req.message,
+                model=req.model,
+                inject_into=req.inject_into,
+                timezone=req.timezone,
+                precheck=req.precheck,
+                daily_token_cap=req.daily_token_cap,
+            )
+            return ScheduleResult(
+                id=req.id, jobs=[_job(spec, times[0] if times else None)], next_times=times
+            )
+        if req.action == "remove":
+            return ScheduleResult(id=req.id, jobs=[_job(await control.remove(req.name), None)])
+        return ScheduleResult(id=req.id, due=await control.run(req.name))
 
     async def _status(self, req: Status) -> StatusResult:
         counts = await asyncio.to_thread(self.memory.stats) if self.memory else {}

@@ -36,7 +36,7 @@ from apscheduler.triggers.base import BaseTrigger
 
 from klaw.errors import InvalidInput
 
-__all__ = ["Cron", "CronError", "CronTrigger", "parse_cron"]
+__all__ = ["Cron", "CronError", "CronTrigger", "parse_cron", "zone_named"]
 
 Dialect = Literal["crontab", "quartz"]
 
@@ -215,7 +215,7 @@ class CronTrigger(BaseTrigger):  # type: ignore[misc]
 
     def __init__(self, expr: str, timezone: str) -> None:
         self.cron = parse_cron(expr)
-        self.timezone = _zone(timezone)
+        self.timezone = zone_named(timezone)
 
     def get_next_fire_time(
         self, previous_fire_time: datetime | None, now: datetime
@@ -229,13 +229,14 @@ class CronTrigger(BaseTrigger):  # type: ignore[misc]
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.cron = parse_cron(str(state["expr"]))
-        self.timezone = _zone(str(state["timezone"]))
+        self.timezone = zone_named(str(state["timezone"]))
 
     def __str__(self) -> str:
         return f"cron[{self.cron.expr!r}, {self.timezone.key}]"
 
 
-def _zone(name: str) -> ZoneInfo:
+def zone_named(name: str) -> ZoneInfo:
+    """The IANA zone `name`; `CronError` (a ValueError) saying what is expected."""
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as e:

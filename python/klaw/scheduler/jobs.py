@@ -13,7 +13,7 @@ from datetime import datetime, tzinfo
 from typing import Any, Final
 
 from klaw.errors import InvalidInput
-from klaw.scheduler.cron import Cron, CronError, parse_cron
+from klaw.scheduler.cron import Cron, CronError, parse_cron, zone_named
 
 __all__ = ["HEARTBEAT", "MAX_MESSAGE_CHARS", "JobError", "JobSpec", "check_name"]
 
@@ -101,15 +101,10 @@ class JobSpec:
             raise JobError(f"job {self.name!r}: {exc}") from None
 
     def zone(self) -> tzinfo:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
         try:
-            return ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise JobError(
-                f"job {self.name!r}: unknown time zone {self.timezone!r} "
-                "(an IANA name such as 'Europe/Berlin')"
-            ) from None
+            return zone_named(self.timezone)
+        except CronError as exc:
+            raise JobError(f"job {self.name!r}: {exc}") from None
 
     def next_times(self, count: int = 3, after: datetime | None = None) -> list[datetime]:
         return self.parsed().next_times(self.zone(), count, after)

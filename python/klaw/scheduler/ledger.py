@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-__all__ = ["FINAL", "Ledger", "Run", "iso"]
+__all__ = ["FINAL", "Ledger", "Run", "iso", "open_scheduler_db"]
 
 FINAL: Final = frozenset(
     {"ok", "silent", "quiet", "capped", "missed", "skipped", "failed", "interrupted"}
@@ -49,6 +49,19 @@ CREATE TABLE IF NOT EXISTS klaw_job_state (
 """
 
 
+def open_scheduler_db(path: Path, schema: str) -> sqlite3.Connection:
+    """A connection to scheduler.db for the ledger or the job store (each has its own,
+    behind its own lock): WAL, every commit fsynced (a claimed run and a job moved on
+    survive power loss), `schema` applied."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("PRAGMA busy_timeout=5000")
+    db.executescript(schema)
+    return db
+
+
 def iso(when: datetime) -> str:
     """The ledger's time format: UTC, seconds (sorts as text)."""
     return when.astimezone(UTC).isoformat(timespec="seconds")
@@ -71,14 +84,8 @@ class Ledger:
     connection behind a lock: every call is a short statement)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db = open_scheduler_db(path, _SCHEMA)
         self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # a claimed run survives power loss
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
         with self._lock:

@@ -120,7 +120,7 @@ class JobRunner:
     def __init__(
         self,
         config: EngineConfig,
-        paths: Path,
+        conversations: Path,
         pipeline: Pipeline,
         ledger: Ledger,
         outbox: Outbox,
@@ -130,7 +130,7 @@ class JobRunner:
         summarizer: Summarizer | None = None,
     ) -> None:
         self.config = config
-        self.conversations = paths
+        self.conversations = conversations
         self.pipeline = pipeline
         self.ledger = ledger
         self.outbox = outbox

@@ -27,6 +27,8 @@ from apscheduler.job import Job
 from apscheduler.jobstores.base import BaseJobStore, ConflictingIdError, JobLookupError
 from apscheduler.util import datetime_to_utc_timestamp, utc_timestamp_to_datetime
 
+from klaw.scheduler.ledger import open_scheduler_db
+
 __all__ = ["SqliteJobStore"]
 
 log = logging.getLogger("klaw.scheduler")
@@ -59,13 +61,7 @@ class SqliteJobStore(BaseJobStore):  # type: ignore[misc]
 
     def start(self, scheduler: Any, alias: str) -> None:
         super().start(scheduler, alias)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")  # a job moved on survives power loss
-        db.execute("PRAGMA busy_timeout=5000")
-        db.executescript(_SCHEMA)
-        self._db = db
+        self._db = open_scheduler_db(self.path, _SCHEMA)
 
     def shutdown(self) -> None:
         with self._lock:

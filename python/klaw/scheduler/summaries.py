@@ -111,6 +111,10 @@ class Summarizer:
         self.pipeline = pipeline
         self._running: dict[str, asyncio.Task[Path | None]] = {}
         self._closed = False
+        # Turns to let pass before reading a chat's log again: a turn adds at least
+        # two messages, so with n uncovered the next (every - n) / 2 - 1 cannot reach
+        # `every` (the check reads up to 400 rows: not on every reply on a Pi).
+        self._skip: dict[str, int] = {}
 
     @property
     def every(self) -> int:
@@ -119,6 +123,9 @@ class Summarizer:
     def after_turn(self, chat_id: str) -> None:
         """Called by the pipeline after each reply: summarize once enough is new."""
         if self._closed or chat_id.startswith("scheduler_") or chat_id in self._running:
+            return
+        if self._skip.get(chat_id, 0) > 0:
+            self._skip[chat_id] -= 1
             return
         task = asyncio.get_running_loop().create_task(self._guarded(chat_id, self.every))
         self._running[chat_id] = task
@@ -221,7 +228,9 @@ class Summarizer:
         talk = [r for r in rows if r.kind is None and r.role in ("user", "assistant")]
         talk = talk[-MAX_MESSAGES:]
         if len(talk) < minimum:
+            self._skip[chat_id] = max(0, -(-(minimum - len(talk)) // 2) - 1)
             return None
+        self._skip.pop(chat_id, None)
         fold = previous if previous is not None and previous.written >= segment else None
         return previous, talk, fold
 
