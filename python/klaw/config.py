@@ -73,6 +73,7 @@ __all__ = [
     "default_gateway_yaml",
     "load_engine_config",
     "load_gateway_config",
+    "parse_size",
     "planned_settings",
     "resolve_workspace",
     "substitute_env",
@@ -331,24 +332,76 @@ class SchedulerConfig(_Section):
         return value
 
 
-class CodeExecutionConfig(_Section):
-    """Planned: the code sandbox (issue 10). Nothing reads these keys yet."""
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
 
-    # "auto": Docker when an engine answers, else the bubblewrap backend with the same policy.
-    backend: Literal["auto", "docker", "bubblewrap"] = "auto"
+
+def parse_size(value: str) -> int:
+    """Bytes in a Docker-style size ("256m", "64M", "1g", "1048576"); ValueError otherwise."""
+    match = _SIZE.match(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a size: write e.g. 256m, 64k, 1g or a byte count")
+    unit = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match.group(2).lower()]
+    size = int(float(match.group(1)) * unit)
+    if size <= 0:
+        raise ValueError(f"{value!r} must be more than 0 bytes")
+    return size
+
+
+class CodeExecutionConfig(_Section):
+    """`code_execute`'s sandbox (docs/sandbox.md): backend, limits and mounts."""
+
+    # auto: Docker when its socket answers, else bubblewrap, else no code_execute tool.
+    backend: Literal["auto", "docker", "bwrap", "off"] = "auto"
     docker_image: str = "klaw-sandbox:latest"
-    timeout: PositiveInt = 30
-    allow_network: bool = True
+    docker_host: str | None = None  # None: $DOCKER_HOST, else unix:///var/run/docker.sock
+    timeout: PositiveInt = 30  # seconds, the hard limit (a call may ask for less)
+    # Off unless asked: the design's example allowed it; code that can reach the
+    # network can reach the owner's LAN and exfiltrate what it reads (decisions.md).
+    allow_network: bool = False
     max_memory: str = "256m"
     max_cpus: str = "1.0"
-    read_only_rootfs: bool = True
+    max_processes: PositiveInt = 64  # pids limit: a fork bomb stops here
+    max_output_bytes: str = "64m"  # each file written, and all /output keeps of one run
+    tmp_size: str = "64m"  # the tmpfs at /tmp
+    read_only_rootfs: Literal[True] = True  # the sandbox's root is never writable
     no_privileged: Literal[True] = True  # design §6.5: hardcoded, accepted only as true
-    keep_alive: bool = True
+    keep_alive: bool = True  # one warm container and `exec` (fast) instead of one per run
     keep_alive_idle_timeout_min: PositiveInt = 10
     keep_alive_max_executions: PositiveInt = 50
-    volume_mounts: list[str] = Field(
-        default_factory=lambda: ["${KLAW_WORKSPACE}/skills:ro", "/tmp/klaw-sandbox:rw"]
-    )
+    # HOST[:CONTAINER][:ro|rw]; the only host paths the sandbox sees besides /output.
+    volume_mounts: list[str] = Field(default_factory=lambda: ["${KLAW_WORKSPACE}/skills:ro"])
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend(cls, value: Any) -> Any:
+        return "bwrap" if value == "bubblewrap" else value
+
+    @field_validator("max_memory", "max_output_bytes", "tmp_size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @field_validator("max_cpus")
+    @classmethod
+    def _cpus(cls, value: str) -> str:
+        try:
+            cpus = float(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a number of CPUs (e.g. 1.0 or 0.5)") from None
+        if not 0.01 <= cpus <= 64:
+            raise ValueError(f"{value!r} CPUs is out of range (0.01 to 64)")
+        return value
+
+    @field_validator("volume_mounts")
+    @classmethod
+    def _mounts(cls, value: list[str]) -> list[str]:
+        from klaw.sandbox.policy import parse_mount
+
+        for entry in value:
+            if "${" not in entry:  # checked again after ${VAR} expansion by the loader
+                parse_mount(entry)
+        return value
 
 
 class FilesConfig(_Section):
@@ -860,7 +913,6 @@ def load_gateway_config(
 # docstrings say the same). Paths are attribute names; messages use the YAML spelling.
 PLANNED_KEYS: dict[type[BaseModel], dict[tuple[str, ...], str]] = {
     EngineConfig: {
-        ("code_execution",): "code sandbox, issue 10",
         ("compatibility",): "OpenClaw compatibility, issue 12",
     },
     GatewayConfig: {("channels", "discord"): "Discord channel, issue 14"},

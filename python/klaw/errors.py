@@ -10,6 +10,8 @@
     ├── EmbeddingBackendError       the Ollama embedding backend failed
     ├── Cancelled                   long work (indexing) stopped on request (shutdown)
     ├── NotWritable                 a directory Klaw writes to is read-only, full or not ours
+    ├── SandboxError                the code sandbox could not run code (not the code's own error)
+    │   └── SandboxUnavailable      no backend: no Docker engine answers, no bubblewrap
     └── ConfigError (ValueError)    a config file is invalid: names the file, key and line
 
 The Rust-side classes are created in `klaw._core`; this module re-exports them so
@@ -42,6 +44,8 @@ __all__ = [
     "ModelError",
     "ModelNotFound",
     "NotWritable",
+    "SandboxError",
+    "SandboxUnavailable",
     "StoreCorrupt",
     "StoreError",
     "StoreLocked",
@@ -50,6 +54,14 @@ __all__ = [
 
 class EmbeddingBackendError(KlawError):
     """The Ollama embedding backend could not be reached or answered badly."""
+
+
+class SandboxError(KlawError):
+    """The sandbox failed to run code (engine gone, image missing); the message says the cure."""
+
+
+class SandboxUnavailable(SandboxError):
+    """No sandbox backend can run here; the message says why and how to get one."""
 
 
 class NotWritable(KlawError):

@@ -83,11 +83,46 @@ def test_engine_defaults_match_design() -> None:
 
 def test_code_execution_defaults_match_design() -> None:
     ce = EngineConfig().code_execution
-    assert ce.docker_image == "klaw-sandbox:latest"
-    assert (ce.timeout, ce.allow_network, ce.max_memory, ce.max_cpus) == (30, True, "256m", "1.0")
+    assert (ce.backend, ce.docker_image, ce.docker_host) == ("auto", "klaw-sandbox:latest", None)
+    # allowNetwork is off by default, unlike the design's example (docs/decisions.md).
+    assert (ce.timeout, ce.allow_network, ce.max_memory, ce.max_cpus) == (30, False, "256m", "1.0")
+    assert (ce.max_processes, ce.max_output_bytes, ce.tmp_size) == (64, "64m", "64m")
     assert (ce.read_only_rootfs, ce.no_privileged, ce.keep_alive) == (True, True, True)
     assert (ce.keep_alive_idle_timeout_min, ce.keep_alive_max_executions) == (10, 50)
-    assert ce.volume_mounts == ["${KLAW_WORKSPACE}/skills:ro", "/tmp/klaw-sandbox:rw"]
+    assert ce.volume_mounts == ["${KLAW_WORKSPACE}/skills:ro"]
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("codeExecution:\n  maxMemory: lots\n", "codeExecution.maxMemory"),
+        ("codeExecution:\n  maxCpus: many\n", "codeExecution.maxCpus"),
+        ("codeExecution:\n  maxCpus: '100'\n", "codeExecution.maxCpus"),
+        ("codeExecution:\n  backend: podman\n", "codeExecution.backend"),
+        ("codeExecution:\n  noPrivileged: false\n", "codeExecution.noPrivileged"),
+        ("codeExecution:\n  readOnlyRootfs: false\n", "codeExecution.readOnlyRootfs"),
+        ("codeExecution:\n  volumeMounts: ['relative/dir:ro']\n", "codeExecution.volumeMounts"),
+        ("codeExecution:\n  volumeMounts: ['/srv/data:/usr:ro']\n", "reserved inside the sandbox"),
+        ("codeExecution:\n  volumeMounts: ['/srv/data:/x:rx:ro']\n", "HOST[:CONTAINER][:ro|rw]"),
+    ],
+)
+def test_bad_code_execution_keys_are_named(
+    tmp_path: Path, env: dict[str, str], yaml_text: str, expected: str
+) -> None:
+    path = tmp_path / "engine.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as info:
+        load_engine_config(path, env=env)
+    assert expected in str(info.value)
+
+
+def test_bubblewrap_is_accepted_as_the_backends_long_name(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    path = tmp_path / "engine.yaml"
+    path.write_text("codeExecution:\n  backend: bubblewrap\n  maxMemory: 1g\n")
+    ce = load_engine_config(path, env=env).code_execution
+    assert ce.backend == "bwrap" and ce.max_memory == "1g"
 
 
 def test_memory_defaults() -> None:
@@ -119,7 +154,7 @@ def test_missing_engine_file_gives_defaults(tmp_path: Path, env: dict[str, str])
     cfg = load_engine_config(tmp_path / "absent.yaml", env=env)
     expected = EngineConfig()
     ws = Path(env["HOME"]) / "klaw-workspace"
-    expected.code_execution.volume_mounts = [f"{ws}/skills:ro", "/tmp/klaw-sandbox:rw"]
+    expected.code_execution.volume_mounts = [f"{ws}/skills:ro"]
     assert cfg == expected
 
 

@@ -54,33 +54,25 @@ def test_one_line_per_planned_key_set_to_something_else(
     text = (
         default_engine_yaml()
         .replace("timeout: 30 ", "timeout: 5  ")
-        .replace("allowNetwork: true ", "allowNetwork: false")
+        .replace("allowNetwork: false", "allowNetwork: true ")
         .replace("subagentConversations: true", "subagentConversations: false")
         .replace("subagent: glm/glm-4-plus", "subagent: glm/glm-5")
         .replace("subagentWindow: 5 ", "subagentWindow: 3 ")
         .replace("enabled: false\n    sync:", "enabled: true\n    sync:")
     )
     lines = engine(tmp_path, text, env)
-    assert keys(lines) == [
-        "codeExecution.timeout",
-        "codeExecution.allowNetwork",
-        "compatibility.openclaw.enabled",
-    ]
+    # codeExecution landed (issue 10): its keys are read, so only OpenClaw's are reported.
+    assert keys(lines) == ["compatibility.openclaw.enabled"]
     assert lines[0] == (
-        "codeExecution.timeout: not implemented yet (planned: code sandbox, issue 10); "
-        "this key has no effect"
+        "compatibility.openclaw.enabled: not implemented yet (planned: OpenClaw "
+        "compatibility, issue 12); this key has no effect"
     )
-    assert "issue 12" in lines[2] and "issue 10" in lines[1]
 
 
 def test_only_what_the_file_changes(tmp_path: Path, env: dict[str, str]) -> None:
-    # The default written out by hand is no change; the same mount elsewhere is one.
-    same = (
-        "codeExecution:\n  volumeMounts: ['${KLAW_WORKSPACE}/skills:ro', '/tmp/klaw-sandbox:rw']\n"
-    )
+    # The default written out by hand is no change.
+    same = "compatibility:\n  openclaw:\n    enabled: false\n"
     assert engine(tmp_path, "workspace: /srv/ws\n" + same, env) == []
-    other = "codeExecution:\n  volumeMounts: ['/srv/data:ro']\n  backend: auto\n"
-    assert keys(engine(tmp_path, other, env)) == ["codeExecution.volumeMounts"]
     snake = "compatibility:\n  openclaw:\n    sync:\n      daily_logs: false\n"
     assert keys(engine(tmp_path, snake, env)) == ["compatibility.openclaw.sync.daily_logs"]
 
@@ -95,8 +87,8 @@ def test_discord_in_gateway_yaml(tmp_path: Path, env: dict[str, str]) -> None:
 
 def test_planned_sections_are_read_by_nothing_else() -> None:
     # When a capability lands, its keys must leave PLANNED_KEYS (and the warning).
-    attrs = {"code_execution", "openclaw", "discord"}
-    assert {p[-1] for p in PLANNED_KEYS[EngineConfig]} >= {"code_execution", "compatibility"}
+    attrs = {"openclaw", "discord"}
+    assert {p[-1] for p in PLANNED_KEYS[EngineConfig]} >= {"compatibility"}
     assert ("channels", "discord") in PLANNED_KEYS[GatewayConfig]
     readers = [
         f"{src.relative_to(PACKAGE)}: .{name}"
@@ -129,7 +121,8 @@ def test_doctor_warns_per_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     out = runner.invoke(app, ["doctor"]).output
     assert "not built yet" not in out and "no effect" not in out
     text = paths.engine_config.read_text(encoding="utf-8")
-    paths.engine_config.write_text(text.replace("timeout: 30 ", "timeout: 9  "), encoding="utf-8")
+    text = text.replace("enabled: false\n    sync:", "enabled: true\n    sync:")
+    paths.engine_config.write_text(text, encoding="utf-8")
     result = runner.invoke(app, ["doctor"])
     assert "warn  engine.yaml: 1 key(s) set for features not built yet" in result.output
-    assert "codeExecution.timeout: not implemented yet (planned: code sandbox" in result.output
+    assert "compatibility.openclaw.enabled: not implemented yet (planned" in result.output

@@ -163,6 +163,18 @@ def _schedule(a: argparse.Namespace) -> int:
     return schedule(req, json_out=getattr(a, "json", False))
 
 
+def _sandbox_build(a: argparse.Namespace) -> int:
+    from klaw.cli.sandbox_cmds import sandbox_build
+
+    return sandbox_build(force=a.force)
+
+
+def _sandbox_status(a: argparse.Namespace) -> int:
+    from klaw.cli.sandbox_cmds import sandbox_status
+
+    return sandbox_status(json_out=a.json)
+
+
 def _chat(a: argparse.Namespace) -> int:
     from klaw.cli.chat_cmds import chat
 
@@ -292,6 +304,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd(ssub, "run", "Run a job once now (its schedule is unchanged).", _schedule)
     sp.set_defaults(schedule_action="run")
     sp.add_argument("name")
+
+    sbx = sub.add_parser(
+        "sandbox",
+        help="The code_execute sandbox: build its image, show its state.",
+        description="The code_execute sandbox. See docs/sandbox.md.",
+    )
+    sbx.set_defaults(handler=lambda a: _usage(sbx))
+    xsub = sbx.add_subparsers(dest="sandbox_command", metavar="COMMAND")
+    sp = cmd(xsub, "build", "Build the image (Docker) and bubblewrap's root.", _sandbox_build)
+    sp.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    sp = cmd(xsub, "status", "Backend, image, container age and runs.", _sandbox_status)
+    sp.add_argument("--json", action="store_true", help="JSON output")
 
     mem = sub.add_parser(
         "memory", help="Core and archival memory.", description="Core and archival memory."

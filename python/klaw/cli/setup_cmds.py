@@ -406,6 +406,46 @@ def _check_provider(doc: _Doctor, cfg: EngineConfig) -> None:
         )
 
 
+def _check_sandbox(doc: _Doctor, cfg: EngineConfig, paths: KlawPaths) -> None:
+    """Which backend `code_execute` gets, and why (or why there is none)."""
+    from klaw.sandbox.service import choose_backend, docker_url
+
+    ce = cfg.code_execution
+    choice = choose_backend(ce)
+    if choice.backend is None:
+        if ce.backend == "off":
+            doc.ok("sandbox: off (codeExecution.backend: off; no code_execute tool)")
+            return
+        doc.warn(
+            f"sandbox: none, code_execute is not offered ({choice.reason})",
+            "start Docker, or install bubblewrap (apt install bubblewrap); docs/sandbox.md",
+        )
+        return
+    if choice.backend == "docker":
+        import docker
+        import docker.errors
+
+        client = docker.DockerClient(base_url=docker_url(ce), timeout=5)
+        try:
+            client.images.get(ce.docker_image)
+            doc.ok(f"sandbox: docker, {choice.reason}, image {ce.docker_image}")
+        except docker.errors.ImageNotFound:
+            doc.warn(
+                f"sandbox: docker ({choice.reason}), but {ce.docker_image} is not built",
+                "klaw sandbox build",
+            )
+        finally:
+            client.close()
+        return
+    rootfs = paths.data_dir / "sandbox" / "rootfs" / "usr" / "bin" / "python3"
+    root = (
+        "its built root"
+        if rootfs.exists()
+        else "the host's /usr (`klaw sandbox build` adds numpy etc.)"
+    )
+    doc.ok(f"sandbox: {choice.reason}, on {root}")
+
+
 def doctor() -> int:
     """Check the installation; print ok/warn/FAIL lines; 0 when nothing FAILs."""
     from klaw.config import resolve_workspace
@@ -424,6 +464,7 @@ def doctor() -> int:
     _check_disk(doc, paths)
     _check_provider(doc, cfg)
     _report_backend(doc, cfg, model, ort_ok)
+    _check_sandbox(doc, cfg, paths)
     if doc.failures:
         print(f"{doc.failures} problem(s), {doc.warnings} warning(s).")
         return 1

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from klaw.llm.local import LocalModelServer
     from klaw.llm.router import Router
     from klaw.memory.api import Memory
+    from klaw.sandbox.service import Sandbox
     from klaw.scheduler.control import ScheduleControl
     from klaw.scheduler.outbox import Outbox
     from klaw.scheduler.service import Scheduler
@@ -122,9 +123,15 @@ async def run(
             control = outbox = None
             if config.scheduler.enabled:
                 scheduler, control, outbox = _scheduling(config, paths, memory, server)
-            pipeline = _pipeline(config, paths, memory, router, server, control)
+            sandbox = await _open_sandbox(config, paths)
+            server.sandbox = sandbox
+            pipeline = _pipeline(config, paths, memory, router, server, control, sandbox)
             server.handler = pipeline
             background = _background(config, memory, quit_background)
+            if sandbox is not None:
+                background.append(
+                    asyncio.create_task(_logged(sandbox.upkeep(quit_background), "sandbox"))
+                )
             if scheduler is not None and outbox is not None:
                 background += await _start_scheduler(
                     config, paths, scheduler, pipeline, outbox, quit_background
@@ -172,6 +179,8 @@ async def run(
                 await server.close()
             if pipeline is not None:
                 await pipeline.aclose()
+            if server is not None and server.sandbox is not None:
+                await server.sandbox.aclose()  # the keep-alive container goes with the engine
             if router is not None:
                 await router.aclose()
             if local is not None:
@@ -305,6 +314,13 @@ async def _logged(coro: Coroutine[Any, Any, None], what: str) -> None:
         log.exception("%s failed", what)
 
 
+async def _open_sandbox(config: EngineConfig, paths: KlawPaths) -> Sandbox | None:
+    """`code_execute`'s sandbox, or None (logged: which backend and why not)."""
+    from klaw.sandbox.service import Sandbox
+
+    return await asyncio.to_thread(Sandbox.open, config.code_execution, paths)
+
+
 def _command_menu(config: EngineConfig | None) -> list[CommandInfo]:
     if config is None:
         return []
@@ -318,11 +334,13 @@ def _pipeline(
     router: Router,
     server: EngineServer,
     control: ScheduleControl | None = None,
+    sandbox: Sandbox | None = None,
 ) -> Pipeline:
-    """The message pipeline, with `send_message` going through this server's gateway
-    and the `schedule_*` tools through `control`."""
+    """The message pipeline, with `send_message` going through this server's gateway,
+    the `schedule_*` tools through `control` and `code_execute` through `sandbox`."""
     from klaw.engine.commands import Commands
     from klaw.tools import builtin_registry
+    from klaw.tools.code import CodeExecute
     from klaw.tools.messaging import SendMessage
     from klaw.tools.schedule import schedule_tools
 
@@ -332,6 +350,8 @@ def _pipeline(
         if control is not None:
             for tool in schedule_tools(control, chat_id):
                 tools.register(tool)
+        if sandbox is not None:
+            tools.register(CodeExecute(sandbox, chat_id))
         return tools
 
     commands = Commands(config, paths, memory)

@@ -67,6 +67,7 @@ from klaw.wire.protocol import (
 
 if TYPE_CHECKING:
     from klaw.memory.api import Memory
+    from klaw.sandbox.service import Sandbox
     from klaw.scheduler.control import ScheduleControl
     from klaw.scheduler.jobs import JobSpec
 
@@ -200,6 +201,8 @@ class EngineServer:
         self._closing = False
         #: Jobs (`schedule` requests); None when the engine runs without a scheduler.
         self.scheduler: ScheduleControl | None = None
+        #: `code_execute`'s sandbox (status only); None when no backend runs here.
+        self.sandbox: Sandbox | None = None
         #: Called each time a gateway registers (the outbox flushes then).
         self.on_gateway: list[Callable[[], None]] = []
 
@@ -506,6 +509,7 @@ class EngineServer:
             in_flight=self.in_flight,
             memory=self.memory is not None,
             counts=counts,
+            sandbox=self.sandbox.status() if self.sandbox is not None else None,
         )
 
     def _sessions(self, req: Sessions) -> SessionsResult:

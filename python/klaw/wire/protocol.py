@@ -324,6 +324,8 @@ class StatusResult(_Model):
     in_flight: int = 0
     memory: bool = False
     counts: dict[str, int] = Field(default_factory=dict)
+    #: `code_execute`'s backend, limits, container age and runs; None: no sandbox.
+    sandbox: dict[str, str | int | float | bool | None] | None = None
 
 
 class Sessions(_Model):

@@ -1,0 +1,149 @@
+"""cgroups for the bubblewrap backend, and the OOM-kill counters of both backends.
+
+A run under bubblewrap gets its own cgroup (memory and pids limits) where one can
+be made: cgroup v1 controllers as root (these machines), or a v2 subtree this user
+may write (systemd's `Delegate=yes`). Where none can, the rlimits alone apply
+(docs/sandbox.md says what that leaves out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+from pathlib import Path
+
+__all__ = ["RunCgroup", "docker_oom_kills", "make_run_cgroup"]
+
+ROOT = Path("/sys/fs/cgroup")
+_serial = itertools.count(1)
+
+
+def _own_paths() -> dict[str, str]:
+    """controller ("" for v2) → this process's cgroup path."""
+    out: dict[str, str] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for name in controllers.split(",") if controllers else [""]:
+            out[name] = path
+    return out
+
+
+class RunCgroup:
+    """One run's cgroup directories; `procs` files to join, counters to read, `remove`."""
+
+    def __init__(self, dirs: list[Path], v2: bool) -> None:
+        self.dirs = dirs
+        self.v2 = v2
+
+    @property
+    def procs(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def oom_kills(self) -> int:
+        for d in self.dirs:
+            count = _oom_count(d)
+            if count is not None:
+                return count
+        return 0
+
+    def kill_all(self) -> None:
+        for d in self.dirs:
+            if self.v2 and (d / "cgroup.kill").exists():
+                with contextlib.suppress(OSError):
+                    (d / "cgroup.kill").write_text("1")
+                continue
+            for _ in range(3):  # v1: a forking process may add members while we kill
+                try:
+                    pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+                except OSError:
+                    break
+                if not pids:
+                    break
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+
+    def remove(self) -> None:
+        self.kill_all()
+        for d in self.dirs:
+            for _ in range(50):  # members take a moment to leave after SIGKILL
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    os.sched_yield()
+
+
+def _oom_count(d: Path) -> int | None:
+    for name, key in (("memory.events", "oom_kill"), ("memory.oom_control", "oom_kill")):
+        try:
+            text = (d / name).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == key:
+                return int(parts[1])
+    return None
+
+
+def make_run_cgroup(memory_bytes: int, pids: int) -> RunCgroup | None:
+    """A fresh cgroup with both limits set, or None where this user cannot make one."""
+    own = _own_paths()
+    run = f"klaw-sandbox-{os.getpid()}-{next(_serial)}"
+    if "memory" in own and "pids" in own:  # v1
+        made: list[Path] = []
+        try:
+            for controller in ("memory", "pids"):
+                d = ROOT / controller / own[controller].lstrip("/") / run
+                d.mkdir()
+                made.append(d)
+            mem, pid = made
+            (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            swap = mem / "memory.memsw.limit_in_bytes"
+            if swap.exists():  # no swap beyond the limit
+                swap.write_text(str(memory_bytes))
+            (pid / "pids.max").write_text(str(pids))
+            return RunCgroup(made, v2=False)
+        except OSError:
+            RunCgroup(made, v2=False).remove()
+            return None
+    if "" in own:  # v2: a child of our own cgroup, if it is delegated to us
+        d = ROOT / own[""].lstrip("/") / run
+        try:
+            d.mkdir()
+        except OSError:
+            return None
+        cg = RunCgroup([d], v2=True)
+        try:
+            (d / "memory.max").write_text(str(memory_bytes))
+            (d / "memory.swap.max").write_text("0")
+            (d / "pids.max").write_text(str(pids))
+        except OSError:
+            cg.remove()
+            return None
+        return cg
+    return None
+
+
+def docker_oom_kills(container_id: str) -> int | None:
+    """The container cgroup's OOM-kill count, where the host's cgroupfs shows it."""
+    candidates = [
+        ROOT / "memory" / "docker" / container_id,
+        ROOT / "memory" / "system.slice" / f"docker-{container_id}.scope",
+        ROOT / "system.slice" / f"docker-{container_id}.scope",
+        ROOT / "docker" / container_id,
+    ]
+    for d in candidates:
+        count = _oom_count(d)
+        if count is not None:
+            return count
+    return None

@@ -1,0 +1,154 @@
+"""The real sandbox backends for tests: a Docker engine of the tests' own, bubblewrap,
+and a `Sandbox` built from a config like the engine builds it.
+
+The Docker engine is Debian's `dockerd`, started as root on a private socket with
+`--iptables=false --bridge=none` and explicit default ulimits (which this VM needs),
+its data root kept in KLAW_TEST_SANDBOX_DIR (default ~/.cache/klaw-test-sandbox) so
+the image is built once per machine, and stopped when the session ends. Where it
+cannot run, its tests are skipped with the reason, and KLAW_REQUIRE_SANDBOX=1 (set
+by .ci/run) turns that skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from klaw.config import CodeExecutionConfig
+from klaw.paths import KlawPaths
+from klaw.sandbox.service import Choice, Sandbox
+
+# The user's real home: the tests' conftest points HOME at a throwaway directory.
+REAL_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
+CACHE = Path(os.environ.get("KLAW_TEST_SANDBOX_DIR") or REAL_HOME / ".cache/klaw-test-sandbox")
+SOCKET = Path(tempfile.gettempdir()) / "klaw-test-dockerd" / "docker.sock"
+URL = f"unix://{SOCKET}"
+IMAGE = "klaw-sandbox:latest"
+
+
+def unavailable(reason: str) -> None:
+    """Skip, or fail where the sandbox must be tested (CI sets KLAW_REQUIRE_SANDBOX=1)."""
+    if os.environ.get("KLAW_REQUIRE_SANDBOX") == "1":
+        pytest.fail(f"KLAW_REQUIRE_SANDBOX=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _answers() -> bool:
+    from klaw.sandbox.docker_backend import docker_problem
+
+    return docker_problem(URL) is None
+
+
+def start_dockerd() -> subprocess.Popen[bytes] | None:
+    """Our dockerd on SOCKET (None when one answers there already); skips when impossible."""
+    if _answers():
+        return None
+    exe = shutil.which("dockerd")
+    if exe is None:
+        unavailable("dockerd is not installed (apt install docker.io)")
+    if os.getuid() != 0:
+        unavailable("dockerd needs root here")
+    run = SOCKET.parent
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    (CACHE / "docker").mkdir(parents=True, exist_ok=True)
+    argv = [
+        exe,
+        "--data-root", str(CACHE / "docker"),
+        "--exec-root", str(run / "exec"),
+        "--pidfile", str(run / "dockerd.pid"),
+        "-H", URL,
+        "--iptables=false", "--ip6tables=false", "--bridge=none",
+        "--storage-driver=overlay2",
+        "--default-ulimit", "nofile=1024:1024",
+        "--default-ulimit", "nproc=1024:1024",
+    ]  # fmt: skip
+    with open(run / "dockerd.log", "wb") as log:  # the daemon keeps its own copy of the fd
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not _answers():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            tail = (run / "dockerd.log").read_text(errors="replace")[-800:]
+            unavailable(f"dockerd did not start: {tail}")
+        time.sleep(0.1)  # polling a daemon's socket until it answers, not a race
+    return proc
+
+
+def stop_dockerd(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def cache_paths() -> KlawPaths:
+    """Where the image build keeps its rootfs between sessions (also bubblewrap's root)."""
+    return KlawPaths(CACHE / "c", CACHE / "data", CACHE / "s", CACHE / "k", CACHE / "ws")
+
+
+def ensure_image() -> None:
+    from klaw.sandbox.image import build
+
+    if shutil.which("debootstrap") is None:
+        unavailable("debootstrap is not installed (apt install debootstrap)")
+    build(CodeExecutionConfig(), cache_paths(), docker_url=URL, say=lambda _m: None)
+
+
+def rootfs() -> Path:
+    return cache_paths().data_dir / "sandbox" / "rootfs"
+
+
+def config(**keys: Any) -> CodeExecutionConfig:
+    """codeExecution as a user writes it (camelCase keys), on the tests' Docker engine."""
+    return CodeExecutionConfig.model_validate({"dockerHost": URL, **keys})
+
+
+def open_sandbox(
+    paths: KlawPaths, backend: str, *, root: Path | None = None, **keys: Any
+) -> Sandbox:
+    """The Sandbox the engine would open for `backend` ("docker" or "bwrap")."""
+    cfg = config(backend=backend, **keys)
+    reason = "Docker engine (tests)" if backend == "docker" else "bubblewrap (tests)"
+    sandbox = Sandbox.open(cfg, paths, choice=Choice(backend, reason), rootfs=root)
+    assert sandbox is not None
+    return sandbox
+
+
+def docker_client() -> Any:
+    import docker
+
+    return docker.DockerClient(base_url=URL, timeout=30)
+
+
+def bwrap_or_skip() -> None:
+    from klaw.sandbox.bwrap import bwrap_problem
+
+    why = bwrap_problem()
+    if why is not None:
+        unavailable(why)
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[str]:
+    """A running Docker engine with the sandbox image; its URL."""
+    proc = start_dockerd()
+    try:
+        ensure_image()
+        yield URL
+    finally:
+        stop_dockerd(proc)
