@@ -11,9 +11,11 @@ by .ci/run) turns that skip into a failure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -33,6 +35,7 @@ CACHE = Path(os.environ.get("KLAW_TEST_SANDBOX_DIR") or REAL_HOME / ".cache/klaw
 SOCKET = Path(tempfile.gettempdir()) / "klaw-test-dockerd" / "docker.sock"
 URL = f"unix://{SOCKET}"
 IMAGE = "klaw-sandbox:latest"
+_STARTED: list[subprocess.Popen[bytes]] = []  # the dockerds this session started on SOCKET
 
 
 def unavailable(reason: str) -> None:
@@ -57,6 +60,8 @@ def start_dockerd() -> subprocess.Popen[bytes] | None:
         unavailable("dockerd is not installed (apt install docker.io)")
     if os.getuid() != 0:
         unavailable("dockerd needs root here")
+    if dockerd_pids():  # one is there but does not answer (yet, or any more)
+        stop_dockerd(force=True)
     run = SOCKET.parent
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -82,18 +87,47 @@ def start_dockerd() -> subprocess.Popen[bytes] | None:
             tail = (run / "dockerd.log").read_text(errors="replace")[-800:]
             unavailable(f"dockerd did not start: {tail}")
         time.sleep(0.1)  # polling a daemon's socket until it answers, not a race
+    _STARTED.append(proc)
     return proc
 
 
-def stop_dockerd(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None:
+def dockerd_pids() -> list[int]:
+    """Live dockerd processes serving SOCKET (found by command line: pidfiles go stale)."""
+    want = f"-H {URL}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            state = (entry / "stat").read_text().split(") ", 1)[1][:1]
+        except (OSError, IndexError):
+            continue
+        if cmd.startswith(b"/usr/sbin/dockerd ") and want in cmd and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def stop_dockerd(proc: subprocess.Popen[bytes] | None = None, *, force: bool = False) -> None:
+    """Stops the dockerd on SOCKET if this session started it, or anyway with `force`,
+    and waits until it has exited (containers stop with it)."""
+    if proc is None and not _STARTED and not force:
         return
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    pids = dockerd_pids()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while dockerd_pids():
+        if time.monotonic() > deadline:
+            for pid in dockerd_pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)  # waiting for a process to exit, with a deadline
+    for started in [proc, *_STARTED]:
+        if started is not None:
+            started.wait()
+    _STARTED.clear()
 
 
 def cache_paths() -> KlawPaths:

@@ -98,9 +98,11 @@ TOOL_LIMIT_MESSAGE: Final = (
 )
 
 RegistryFactory = Callable[[str], "ToolRegistry"]
-#: Tools a group chat does not get (the owner's memory and workspace).
+#: Tools a group chat does not get (the owner's memory and workspace, and running
+#: code on the owner's machine: anyone in the group could ask for it).
 PRIVATE_TOOLS: Final = frozenset(
     {
+        "code_execute",
         "memory_search",
         "memory_save",
         "memory_core_get",

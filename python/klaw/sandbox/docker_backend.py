@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from klaw.sandbox.policy import ENV, Policy
 from klaw.sandbox.result import RunResult
 
 if TYPE_CHECKING:
+    import docker
     from docker.models.containers import Container
 
 __all__ = ["DEFAULT_DOCKER_HOST", "DockerBackend", "docker_problem"]
@@ -78,8 +80,6 @@ class DockerBackend(Backend):
         instance: str,
     ) -> None:
         super().__init__(policy)
-        import docker
-
         self.base_url = base_url
         self.image = image
         self.code_dir = code_dir
@@ -90,8 +90,7 @@ class DockerBackend(Backend):
         digest = hashlib.sha256(instance.encode()).hexdigest()[:10]
         self.container_name = f"klaw-sandbox-{digest}"
         self.instance = instance
-        # Reads on an exec's stream block while the code is quiet: allow the longest run.
-        self.client = docker.DockerClient(base_url=base_url, timeout=policy.timeout_s + 60)
+        self._client: docker.DockerClient | None = None
         self._container: Container | None = None
         self.created_at: float | None = None
         self.last_used: float | None = None
@@ -192,6 +191,24 @@ class DockerBackend(Backend):
             self.container_runs = 0
         return c
 
+    @property
+    def client(self) -> docker.DockerClient:
+        """The SDK client, made on first use (and again after the engine went away)."""
+        if self._client is None:
+            import docker
+
+            # Reads on an exec's stream block while the code is quiet: allow the longest run.
+            timeout = self.policy.timeout_s + 60
+            self._client = docker.DockerClient(base_url=self.base_url, timeout=timeout)
+        return self._client
+
+    def _reconnect(self) -> None:
+        self._container = None  # whatever it was, it is looked up again next time
+        self.created_at = None
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
     def _drop(self, *, recycled: bool = False) -> None:
         c, self._container = self._container, None
         self.created_at = None
@@ -207,6 +224,12 @@ class DockerBackend(Backend):
     # ------------------------------------------------------------------ run
 
     def run(self, job: Job) -> RunResult:
+        if self.base_url.startswith("unix://") and not os.path.exists(self.base_url[7:]):
+            # Checked first: the SDK leaks a socket per request it cannot connect.
+            self._reconnect()
+            raise SandboxUnavailable(
+                f"the Docker engine at {self.base_url} is not running (its socket is gone)"
+            )
         try:
             if self.keep_alive:
                 return self._run_exec(job)
@@ -214,7 +237,10 @@ class DockerBackend(Backend):
         except SandboxError:
             raise
         except Exception as exc:
-            raise self._translate(exc) from exc
+            error = self._translate(exc)
+            if isinstance(error, SandboxUnavailable):
+                self._reconnect()  # the pooled connections died with the engine
+            raise error from exc
 
     def _run_exec(self, job: Job) -> RunResult:
         c = self._warm()
@@ -337,7 +363,8 @@ class DockerBackend(Backend):
 
     def close(self) -> None:
         self._drop()
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
 
     def status(self) -> dict[str, Any]:
         age = None if self.created_at is None else time.time() - self.created_at
