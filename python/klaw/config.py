@@ -374,6 +374,8 @@ class CodeExecutionConfig(_Section):
     @field_validator("backend", mode="before")
     @classmethod
     def _backend(cls, value: Any) -> Any:
+        if value is False:  # YAML 1.1 reads a bare `off` as false
+            return "off"
         return "bwrap" if value == "bubblewrap" else value
 
     @field_validator("max_memory", "max_output_bytes", "tmp_size")

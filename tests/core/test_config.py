@@ -123,6 +123,8 @@ def test_bubblewrap_is_accepted_as_the_backends_long_name(
     path.write_text("codeExecution:\n  backend: bubblewrap\n  maxMemory: 1g\n")
     ce = load_engine_config(path, env=env).code_execution
     assert ce.backend == "bwrap" and ce.max_memory == "1g"
+    path.write_text("codeExecution:\n  backend: off\n")  # YAML 1.1: a bare off is false
+    assert load_engine_config(path, env=env).code_execution.backend == "off"
 
 
 def test_memory_defaults() -> None:

@@ -12,14 +12,17 @@ by .ci/run) turns that skip into a failure.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,10 @@ import pytest
 from klaw.config import CodeExecutionConfig
 from klaw.paths import KlawPaths
 from klaw.sandbox.service import Choice, Sandbox
+from klaw.wire.protocol import Inbound, InboundMeta, Outbound, new_id
+
+# engine_yaml and engine_running live with the scheduler tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scheduler"))
 
 # The user's real home: the tests' conftest points HOME at a throwaway directory.
 REAL_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
@@ -175,6 +182,36 @@ def bwrap_or_skip() -> None:
     why = bwrap_problem()
     if why is not None:
         unavailable(why)
+
+
+CHAT = "telegram_100"
+
+
+def with_sandbox(paths: KlawPaths, url: str, keys: dict[str, Any], **processing: Any) -> None:
+    from sched_support import engine_yaml
+
+    engine_yaml(paths.engine_config, url, **processing)
+    lines = ["codeExecution:", *(f"  {k}: {json.dumps(v)}" for k, v in keys.items())]
+    with paths.engine_config.open("a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+async def say(server: Any, text: str, chat: str = CHAT, group: bool = False) -> list[Any]:
+    got: list[Any] = []
+
+    async def reply(msg: Any) -> None:
+        got.append(msg)
+
+    msg = Inbound(
+        id=new_id(),
+        ts=datetime.now(UTC),
+        channel="telegram",
+        chat_id=chat,
+        content=text,
+        meta=InboundMeta(group=group),
+    )
+    await server.handler.handle(msg, reply)
+    return [m.content for m in got if isinstance(m, Outbound)]
 
 
 @pytest.fixture(scope="session")

@@ -8,19 +8,25 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_support import URL, bwrap_or_skip, docker_engine, start_dockerd, stop_dockerd
+from sandbox_support import (
+    URL,
+    bwrap_or_skip,
+    docker_engine,
+    say,
+    start_dockerd,
+    stop_dockerd,
+    with_sandbox,
+)
 
 from klaw.paths import KlawPaths
-from klaw.wire.protocol import Inbound, InboundMeta, Outbound, new_id
 from scripted_llm import FakeLLM, call
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scheduler"))
-from sched_support import T, engine_running, engine_yaml, until
+from sched_support import T, engine_running, until
 
 __all__ = ["docker_engine"]
 
@@ -34,31 +40,6 @@ def sandbox_keys(request: pytest.FixtureRequest) -> dict[str, Any]:
         return {"backend": "docker", "dockerHost": URL}
     bwrap_or_skip()
     return {"backend": "bwrap"}
-
-
-def with_sandbox(paths: KlawPaths, url: str, keys: dict[str, Any], **processing: Any) -> None:
-    engine_yaml(paths.engine_config, url, **processing)
-    lines = ["codeExecution:", *(f"  {k}: {json.dumps(v)}" for k, v in keys.items())]
-    with paths.engine_config.open("a") as f:
-        f.write("\n".join(lines) + "\n")
-
-
-async def say(server: Any, text: str, chat: str = CHAT, group: bool = False) -> list[Any]:
-    got: list[Any] = []
-
-    async def reply(msg: Any) -> None:
-        got.append(msg)
-
-    msg = Inbound(
-        id=new_id(),
-        ts=datetime.now(UTC),
-        channel="telegram",
-        chat_id=chat,
-        content=text,
-        meta=InboundMeta(group=group),
-    )
-    await server.handler.handle(msg, reply)
-    return [m.content for m in got if isinstance(m, Outbound)]
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:
