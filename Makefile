@@ -6,7 +6,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/klaw-cargo-target
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke run clean
+.PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke run clean sandbox-tools
 
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
@@ -64,17 +64,33 @@ $(KLAW_TEST_CACHE_DIR)/.model: | $(VENV)/.deps
 	KLAW_CACHE_DIR=$(KLAW_TEST_CACHE_DIR) $(VENV)/bin/klaw model install
 	touch $@
 
-test-py: $(KLAW_TEST_CACHE_DIR)/.model
+# The sandbox tests start their own dockerd (Debian's docker.io) and run bubblewrap;
+# the image they build (debootstrap + docker import) is kept outside the clone.
+export KLAW_TEST_SANDBOX_DIR ?= $(HOME)/.cache/klaw-test-sandbox
+SANDBOX_TOOLS := dockerd:docker.io bwrap:bubblewrap debootstrap:debootstrap setpriv:util-linux
+
+# Installs what the sandbox tests need when running as root and it is missing; elsewhere
+# the tests skip with the reason (and KLAW_REQUIRE_SANDBOX=1, as in .ci/run, fails them).
+sandbox-tools:
+	@missing=""; for pair in $(SANDBOX_TOOLS); do \
+	  command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "Installing for the sandbox tests:$$missing"; \
+	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	elif [ -n "$$missing" ]; then echo "Sandbox tests will skip: missing$$missing"; fi
+
+test-py: $(KLAW_TEST_CACHE_DIR)/.model sandbox-tools
 	$(PY) -m pytest tests -q
 
 test: install install-local lint test-rust test-py bench-smoke
 
 # Every benchmark once, on small corpora, without its speed/memory bars (benches/smoke.py):
 # a bench broken by a code change fails here, not at the next full `make bench`.
-bench-smoke: install
+bench-smoke: install sandbox-tools
 	KLAW_BENCH_SMOKE=1 $(PY) -m pytest benches -q -p no:randomly --benchmark-disable
 
-bench: install
+bench: install sandbox-tools
 	mkdir -p .benchmarks
 	$(PY) -m pytest benches -q -p no:randomly --benchmark-columns=median,mean,min,rounds \
 	  --benchmark-sort=name --benchmark-json=.benchmarks/latest.json
