@@ -117,9 +117,6 @@ class Sandbox:
         outputs = Outputs(
             paths.workspace, staging, uid=policy.uid, gid=policy.gid, cap_bytes=policy.output_bytes
         )
-        code_dir.mkdir(parents=True, exist_ok=True)
-        code_dir.chmod(0o755)
-        outputs.ensure_staging()
         backend: Backend
         if choice.backend == "docker":
             from klaw.sandbox.docker_backend import DockerBackend
@@ -172,6 +169,8 @@ class Sandbox:
 
     def _run_blocking(self, chat_id: str, job: Job, code: str) -> RunResult:
         _, script = INTERPRETERS[job.language]
+        self.code_dir.mkdir(parents=True, exist_ok=True)
+        self.code_dir.chmod(0o755)  # the sandbox's user reads the script
         for old in self.code_dir.iterdir():
             old.unlink()
         path = self.code_dir / script
