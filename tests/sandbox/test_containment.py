@@ -262,12 +262,20 @@ async def test_an_output_flood_is_cut_without_the_engines_memory_growing(
 
 
 async def test_nothing_of_one_run_is_left_for_the_next(sandbox: Sandbox) -> None:
-    first = "echo secret > /tmp/left.txt; (sleep 733 &) ; nohup sleep 734 >/dev/null 2>&1 &"
+    first = (
+        "echo secret > /tmp/left.txt; echo shm > /dev/shm/left; ipcmk -M 4096 >/dev/null; "
+        "(sleep 733 &) ; nohup sleep 734 >/dev/null 2>&1 &"
+    )
     r = await sandbox.run(CHAT, "bash", first)
     assert r.exit_code == 0, sandbox.render(r)
     assert gone(sandbox.policy.uid, "sleep 733") and gone(sandbox.policy.uid, "sleep 734")
-    second = await sandbox.run("telegram_7", "bash", "ls -A /tmp; echo end")
-    assert second.stdout.text("stdout") == "end\n"
+    second = await sandbox.run(
+        "telegram_7",
+        "bash",
+        "ls -A /tmp /dev/shm | grep -vc ':$'; ipcs -m | grep -c '^0x'; echo end",
+    )
+    # Only the empty lines `ls` prints between the two directories; no segment left.
+    assert second.stdout.text("stdout") == "1\n0\nend\n", sandbox.render(second)
 
 
 async def test_skills_are_readable_at_skills_and_bad_code_is_a_normal_result(
@@ -283,6 +291,29 @@ async def test_skills_are_readable_at_skills_and_bad_code_is_a_normal_result(
     assert r.stdout.text("stdout") == "ünïcode ✓\n"
     r = await sandbox.run(CHAT, "bash", "printf '\\xff\\xfe ok'")
     assert r.stdout.text("stdout") == "\ufffd\ufffd ok"
+
+
+def test_a_run_cgroup_carries_memory_pids_and_cpu_limits() -> None:
+    from klaw.sandbox.cgroups import make_run_cgroup
+
+    cg = make_run_cgroup(64 << 20, 12, 0.5)
+    if cg is None:
+        pytest.skip("no cgroup can be made here (bubblewrap then relies on rlimits)")
+    try:
+        wanted = {"memory.max", "pids.max", "cpu.max", "memory.limit_in_bytes", "cpu.cfs_quota_us"}
+        files = {
+            p.name: p.read_text().strip() for d in cg.dirs for p in d.iterdir() if p.name in wanted
+        }
+        if cg.v2:
+            assert files["memory.max"] == str(64 << 20) and files["pids.max"] == "12"
+            assert files.get("cpu.max", "50000 100000") == "50000 100000"
+        else:
+            assert files["memory.limit_in_bytes"] == str(64 << 20) and files["pids.max"] == "12"
+            if Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
+                assert files["cpu.cfs_quota_us"] == "50000"  # half of one CPU
+    finally:
+        cg.remove()
+    assert not any(d.exists() for d in cg.dirs)
 
 
 def test_nproc_is_not_ignored_because_klaw_runs_as_root() -> None:

@@ -429,6 +429,13 @@ def _check_sandbox(doc: _Doctor, cfg: EngineConfig, paths: KlawPaths) -> None:
         try:
             client.images.get(ce.docker_image)
             doc.ok(f"sandbox: docker, {choice.reason}, image {ce.docker_image}")
+            if client.info().get("MemoryLimit") is False:
+                doc.warn(
+                    "sandbox: this Docker engine cannot limit memory (the kernel's memory "
+                    "cgroup is off), so codeExecution.maxMemory has no effect",
+                    "Raspberry Pi OS: add `cgroup_enable=memory cgroup_memory=1` to "
+                    "/boot/firmware/cmdline.txt and reboot",
+                )
         except docker.errors.ImageNotFound:
             doc.warn(
                 f"sandbox: docker ({choice.reason}), but {ce.docker_image} is not built",

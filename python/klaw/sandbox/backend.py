@@ -16,7 +16,16 @@ from typing import Any
 from klaw.sandbox.policy import Policy
 from klaw.sandbox.result import Capture, RunResult
 
-__all__ = ["INTERPRETERS", "MAX_READ_BYTES", "WRAPPER", "Backend", "Job", "Reader", "signal_exit"]
+__all__ = [
+    "CLEANUP",
+    "INTERPRETERS",
+    "MAX_READ_BYTES",
+    "WRAPPER",
+    "Backend",
+    "Job",
+    "Reader",
+    "signal_exit",
+]
 
 #: language → (interpreter, script name under /code)
 INTERPRETERS: dict[str, tuple[str, str]] = {
@@ -28,12 +37,16 @@ INTERPRETERS: dict[str, tuple[str, str]] = {
 #: never spends its CPU draining gigabytes (the head and tail kept are far smaller).
 MAX_READ_BYTES = 8 * 1024 * 1024
 
-#: Run as `sh -c WRAPPER sh INTERPRETER SCRIPT`: in /output, then kill whatever the
-#: script left running (`kill -1` spares only this shell and PID 1) and empty /tmp.
-WRAPPER = (
-    'cd /output || exit 125; "$@"; rc=$?; kill -KILL -1 2>/dev/null; '
-    "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null; exit $rc"
+#: After every run, as the sandbox's user: kill whatever the script left running
+#: (`kill -1` spares only the caller and PID 1), empty /tmp and /dev/shm, drop SysV
+#: IPC objects: nothing of one run (one chat) is there for the next.
+CLEANUP = (
+    "kill -KILL -1 2>/dev/null; rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* 2>/dev/null; "
+    "ipcrm --all 2>/dev/null; true"
 )
+
+#: Run as `sh -c WRAPPER sh INTERPRETER SCRIPT`: in /output, then CLEANUP.
+WRAPPER = f'cd /output || exit 125; "$@"; rc=$?; {CLEANUP}; exit $rc'
 
 
 @dataclass(frozen=True, slots=True)

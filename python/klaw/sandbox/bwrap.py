@@ -114,6 +114,25 @@ def bwrap_problem() -> str | None:
     return None
 
 
+def _tasks_of(uid: int) -> int:
+    """Threads of every process `uid` runs now (what RLIMIT_NPROC counts)."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Threads:"):
+                        total += int(line.split()[1])
+                        break
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 class BwrapBackend(Backend):
     name = "bwrap"
 
@@ -155,7 +174,7 @@ class BwrapBackend(Backend):
             "--core=0",
         ]
         if not limits_by_cgroup:
-            limits += [f"--as={p.memory_bytes + AS_HEADROOM}", f"--nproc={p.pids}"]
+            limits += [f"--as={p.memory_bytes + AS_HEADROOM}", f"--nproc={self._nproc()}"]
         argv = ["prlimit", *limits, "--", self.exe]
         root = os.getuid() == 0
         argv += namespace_args(network=p.network)
@@ -164,6 +183,10 @@ class BwrapBackend(Backend):
         argv += ["--ro-bind", str(self.etc / "passwd"), "/etc/passwd"]
         argv += ["--ro-bind", str(self.etc / "group"), "/etc/group"]
         argv += ["--proc", "/proc", "--dev", "/dev"]
+        # /dev's own tmpfs is unsized and, unprivileged, writable: shm gets a sized one
+        # and the rest of /dev is read-only (device nodes still work).
+        argv += ["--perms", "1777", "--size", str(p.tmp_bytes), "--tmpfs", "/dev/shm"]
+        argv += ["--remount-ro", "/dev"]
         argv += ["--perms", "1777", "--size", str(p.tmp_bytes), "--tmpfs", "/tmp"]
         argv += ["--ro-bind", str(self.code_dir), "/code"]
         argv += ["--bind", str(self.staging), "/output"]
@@ -177,6 +200,13 @@ class BwrapBackend(Backend):
             argv += self._drop()
         argv += job.argv
         return argv
+
+    def _nproc(self) -> int:
+        """RLIMIT_NPROC counts every task of the uid, not the run's: as root the run has
+        a uid of its own; as the owner, the tasks it already has are added."""
+        if os.getuid() == 0:
+            return self.policy.pids
+        return self.policy.pids + _tasks_of(os.getuid())
 
     def _drop(self) -> list[str]:
         """Inside the sandbox: to the sandbox's uid, no capabilities, no way back (setuid)."""
@@ -195,7 +225,7 @@ class BwrapBackend(Backend):
 
     def run(self, job: Job) -> RunResult:
         self._write_etc()
-        cgroup = make_run_cgroup(self.policy.memory_bytes, self.policy.pids)
+        cgroup = make_run_cgroup(self.policy.memory_bytes, self.policy.pids, self.policy.cpus)
         self.last_cgroup = cgroup is not None
         argv = self.argv(job, limits_by_cgroup=cgroup is not None)
         if cgroup is not None:

@@ -95,8 +95,34 @@ def _oom_count(d: Path) -> int | None:
     return None
 
 
-def make_run_cgroup(memory_bytes: int, pids: int) -> RunCgroup | None:
-    """A fresh cgroup with both limits set, or None where this user cannot make one."""
+#: The CFS period the CPU quota is a share of (the kernel's default).
+CFS_PERIOD_US = 100_000
+
+
+def _cpu_v1(own: dict[str, str], run: str, cpus: float) -> Path | None:
+    """A v1 cpu cgroup with the quota, or None (no controller: the limit is skipped)."""
+    controller = next((c for c in ("cpu", "cpu,cpuacct") if c in own), None)
+    if controller is None:
+        return None
+    d = ROOT / controller / own[controller].lstrip("/") / run
+    if not d.parent.is_dir():
+        d = ROOT / "cpu,cpuacct" / own[controller].lstrip("/") / run
+    try:
+        d.mkdir()
+    except OSError:
+        return None
+    try:
+        (d / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+        (d / "cpu.cfs_quota_us").write_text(str(int(cpus * CFS_PERIOD_US)))
+    except OSError:
+        d.rmdir()
+        return None
+    return d
+
+
+def make_run_cgroup(memory_bytes: int, pids: int, cpus: float = 0.0) -> RunCgroup | None:
+    """A fresh cgroup with the memory and pids limits set (and the CPU quota where the
+    controller is there), or None where this user cannot make one."""
     own = _own_paths()
     run = f"klaw-sandbox-{os.getpid()}-{next(_serial)}"
     if "memory" in own and "pids" in own:  # v1
@@ -112,6 +138,9 @@ def make_run_cgroup(memory_bytes: int, pids: int) -> RunCgroup | None:
             if swap.exists():  # no swap beyond the limit
                 swap.write_text(str(memory_bytes))
             (pid / "pids.max").write_text(str(pids))
+            cpu = _cpu_v1(own, run, cpus) if cpus > 0 else None
+            if cpu is not None:
+                made.append(cpu)
             return RunCgroup(made, v2=False)
         except OSError:
             RunCgroup(made, v2=False).remove()
@@ -127,6 +156,8 @@ def make_run_cgroup(memory_bytes: int, pids: int) -> RunCgroup | None:
             (d / "memory.max").write_text(str(memory_bytes))
             (d / "memory.swap.max").write_text("0")
             (d / "pids.max").write_text(str(pids))
+            if cpus > 0 and (d / "cpu.max").exists():
+                (d / "cpu.max").write_text(f"{int(cpus * CFS_PERIOD_US)} {CFS_PERIOD_US}")
         except OSError:
             cg.remove()
             return None

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from klaw.errors import SandboxError, SandboxUnavailable
-from klaw.sandbox.backend import Backend, Job, Reader, signal_exit
+from klaw.sandbox.backend import CLEANUP, Backend, Job, Reader, signal_exit
 from klaw.sandbox.cgroups import docker_oom_kills
 from klaw.sandbox.policy import ENV, Policy
 from klaw.sandbox.result import RunResult
@@ -290,10 +290,11 @@ class DockerBackend(Backend):
         return signal_exit(code) == 9
 
     def _kill_runs(self, c: Container) -> None:
-        """Kills every process of the sandbox's user but PID 1; the container if need be."""
+        """Kills every process of the sandbox's user but PID 1 (and cleans up after them);
+        the container itself when even that cannot run."""
         try:
             c.exec_run(
-                ["/bin/sh", "-c", "kill -KILL -1"],
+                ["/bin/sh", "-c", CLEANUP],
                 user=f"{self.policy.uid}:{self.policy.gid}",
             )
             return

@@ -1,12 +1,15 @@
 """Skills (design §6.1–6.3): `skill_list` shows names and descriptions, `skill_load` the rest.
 
 A skill is `<dir>/<skill>/SKILL.md` starting with YAML frontmatter that has at least
-`name` and `description`. Two directories are scanned: `$XDG_DATA_HOME/klaw/skills`
-(system) and `$KLAW_WORKSPACE/skills` (the persona's); on a name clash the workspace
-wins, like PATH, with a warning. A SKILL.md whose frontmatter is missing or broken is
-skipped with a warning and listed nowhere, so one bad file never hides the others.
-The directories are scanned on every call (a few small reads), so skills added while
-the engine runs are seen at once; each warning is logged once per problem.
+`name` and `description`. Three directories are scanned: the skills shipped with Klaw
+(`klaw/defaults/skills/`: built-in, e.g. `code-execute`), `$XDG_DATA_HOME/klaw/skills`
+(system) and `$KLAW_WORKSPACE/skills` (the persona's). On a name clash the workspace
+wins over the system, like PATH, with a warning; either one replaces a built-in skill
+of that name (the way to change it; logged once, at INFO). A SKILL.md whose
+frontmatter is missing or broken is skipped with a warning and listed nowhere, so one
+bad file never hides the others. The directories are scanned on every call (a few
+small reads), so skills added while the engine runs are seen at once; each warning is
+logged once per problem.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,12 +25,23 @@ import yaml
 
 from klaw.tools.base import Tool, ToolError
 
-__all__ = ["Skill", "SkillCatalog", "SkillList", "SkillLoad", "parse_frontmatter"]
+__all__ = [
+    "BUILTIN_SKILLS_DIR",
+    "Skill",
+    "SkillCatalog",
+    "SkillList",
+    "SkillLoad",
+    "parse_frontmatter",
+]
 
 log = logging.getLogger("klaw.tools.skills")
 
 #: A SKILL.md is meant to be ~500–2000 tokens; anything far bigger is not a skill.
 MAX_SKILL_BYTES = 256 * 1024
+
+#: The skills shipped in the package, like the workspace templates (`klaw.defaults`):
+#: files under python/klaw go into every wheel and sdist.
+BUILTIN_SKILLS_DIR = Path(str(resources.files("klaw.defaults").joinpath("skills")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +49,7 @@ class Skill:
     name: str
     description: str
     path: Path
-    origin: str  # "workspace" or "system"
+    origin: str  # "workspace", "system" or "builtin"
 
 
 def parse_frontmatter(text: str) -> dict[str, Any]:
@@ -63,17 +78,26 @@ def parse_frontmatter(text: str) -> dict[str, Any]:
 
 
 class SkillCatalog:
-    """The skills currently on disk, workspace over system."""
+    """The skills currently on disk, workspace over system over built-in.
 
-    def __init__(self, workspace_dir: Path, system_dir: Path) -> None:
+    `builtin_dir=None` leaves the built-in skills out.
+    """
+
+    def __init__(
+        self,
+        workspace_dir: Path,
+        system_dir: Path,
+        builtin_dir: Path | None = BUILTIN_SKILLS_DIR,
+    ) -> None:
         self.workspace_dir = Path(workspace_dir)
         self.system_dir = Path(system_dir)
+        self.builtin_dir = None if builtin_dir is None else Path(builtin_dir)
         self._warned: set[str] = set()
 
-    def _warn(self, message: str) -> None:
+    def _warn(self, message: str, level: int = logging.WARNING) -> None:
         if message not in self._warned:
             self._warned.add(message)
-            log.warning("%s", message)
+            log.log(level, "%s", message)
 
     def _scan(self, directory: Path, origin: str) -> dict[str, Skill]:
         found: dict[str, Skill] = {}
@@ -105,13 +129,21 @@ class SkillCatalog:
 
     def skills(self) -> dict[str, Skill]:
         """Name → skill, sorted by name."""
-        merged = self._scan(self.system_dir, "system")
-        for name, skill in self._scan(self.workspace_dir, "workspace").items():
-            if name in merged:
-                self._warn(
-                    f"Skill {name!r} found in both workspace and data, using workspace version"
-                )
-            merged[name] = skill
+        merged: dict[str, Skill] = {}
+        if self.builtin_dir is not None:
+            merged = self._scan(self.builtin_dir, "builtin")
+        for origin, directory in (("system", self.system_dir), ("workspace", self.workspace_dir)):
+            for name, skill in self._scan(directory, origin).items():
+                old = merged.get(name)
+                if old is not None and old.origin == "builtin":
+                    self._warn(
+                        f"Skill {name!r} in {origin} replaces the built-in one", logging.INFO
+                    )
+                elif old is not None:
+                    self._warn(
+                        f"Skill {name!r} found in both workspace and data, using workspace version"
+                    )
+                merged[name] = skill
         return dict(sorted(merged.items()))
 
     def get(self, name: str) -> Skill | None:
