@@ -38,10 +38,12 @@ INTERPRETERS: dict[str, tuple[str, str]] = {
 MAX_READ_BYTES = 8 * 1024 * 1024
 
 #: After every run, as the sandbox's user: kill whatever the script left running
-#: (`kill -1` spares only the caller and PID 1), empty /tmp and /dev/shm, drop SysV
-#: IPC objects: nothing of one run (one chat) is there for the next.
+#: (`kill -1` spares only the caller and PID 1), empty /tmp, /dev/shm and POSIX
+#: message queues, drop SysV IPC objects: nothing of one run (one chat) is there for
+#: the next.
 CLEANUP = (
-    "kill -KILL -1 2>/dev/null; rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* 2>/dev/null; "
+    "kill -KILL -1 2>/dev/null; "
+    "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/mqueue/* 2>/dev/null; "
     "ipcrm --all 2>/dev/null; true"
 )
 
