@@ -4,6 +4,7 @@ FTS5 through sqlean.py), so every figure has its baseline in the same run."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -104,3 +105,13 @@ def py_embed() -> Callable[[list[str]], np.ndarray]:
         return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
     return embed
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A fresh event loop for a bench that drives asyncio code from its timed function."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()

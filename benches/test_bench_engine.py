@@ -144,15 +144,6 @@ def _record(benchmark: Any, peer: _Peer, llm: es.TimedLLM, **extra: Any) -> floa
 
 
 @pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.run_until_complete(loop.shutdown_default_executor())
-    loop.close()
-
-
-@pytest.fixture
 def llm(tmp_path: Path) -> Iterator[es.TimedLLM]:
     server = es.TimedLLM(tmp_path)
     yield server

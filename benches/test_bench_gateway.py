@@ -51,15 +51,6 @@ BAR_MS = 5.0
 RSS_BAR_MB = 60.0
 
 
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.run_until_complete(loop.shutdown_default_executor())
-    loop.close()
-
-
 # --------------------------------------------------------------------------- turns
 
 

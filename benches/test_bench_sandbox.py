@@ -83,15 +83,6 @@ LANGUAGES = [
 
 
 @pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.run_until_complete(loop.shutdown_default_executor())
-    loop.close()
-
-
-@pytest.fixture
 def paths(tmp_path: Path) -> KlawPaths:
     """A Klaw home of its own: the keep-alive container's name comes from its state dir,
     and bubblewrap finds no built rootfs there, so it runs on the host's /usr."""
