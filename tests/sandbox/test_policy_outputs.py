@@ -114,6 +114,18 @@ def test_a_chats_files_come_back_unlisted_unless_changed_and_deletion_loses_noth
     out.collect(other)
 
 
+def test_a_run_keeps_at_most_max_files(tmp_path: Path) -> None:
+    from klaw.sandbox.outputs import MAX_FILES
+
+    out = outputs(tmp_path)
+    staged = out.prepare("c1")
+    for i in range(MAX_FILES + 5):
+        (out.staging / f"f{i:05d}").touch()
+    kept, dropped = out.collect(staged)
+    assert len(kept) == MAX_FILES and len(dropped) == 5
+    assert len(list(out.chat_dir("c1").iterdir())) == MAX_FILES
+
+
 def test_chat_dir_names_are_plain() -> None:
     assert chat_dir_name("telegram_-100123") == "telegram_-100123"
     assert chat_dir_name("../../etc") == "_.._etc"

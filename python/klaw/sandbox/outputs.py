@@ -23,7 +23,11 @@ from pathlib import Path
 
 from klaw.sandbox.result import OutputFile
 
-__all__ = ["Outputs", "Staged", "chat_dir_name"]
+__all__ = ["MAX_FILES", "Outputs", "Staged", "chat_dir_name"]
+
+#: Files one run may leave in /output; more are dropped (a million empty files would
+#: cost the workspace's inodes and every later run's staging).
+MAX_FILES = 1000
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -94,8 +98,8 @@ class Outputs:
     def collect(self, staged: Staged) -> tuple[list[OutputFile], list[str]]:
         """Moves the run's new and changed files into the chat's directory.
 
-        Returns (kept files, dropped names): over `cap_bytes` in all, later files
-        are dropped; symlinks and special files always are.
+        Returns (kept files, dropped names): over `cap_bytes` in all or MAX_FILES,
+        later files are dropped; symlinks and special files always are.
         """
         kept: list[OutputFile] = []
         dropped: list[str] = []
@@ -112,7 +116,7 @@ class Outputs:
                     continue
                 if staged.seen.get(rel) == (st.st_ino, st.st_mtime_ns, st.st_size):
                     continue  # the chat's own file, untouched
-                if total + st.st_size > self.cap_bytes:
+                if total + st.st_size > self.cap_bytes or len(kept) >= MAX_FILES:
                     dropped.append(rel)
                     continue
                 total += st.st_size

@@ -107,7 +107,10 @@ class RunResult:
             lines.append(f"--- files written to /output (kept in {self.output_dir}) ---")
             lines.append(shown + more)
         if self.files_dropped:
+            more = len(self.files_dropped) - 20
             lines.append(
-                "not kept (over the output size limit): " + ", ".join(self.files_dropped[:20])
+                "not kept (over the output limits, or not regular files): "
+                + ", ".join(self.files_dropped[:20])
+                + (f" and {more} more" if more > 0 else "")
             )
         return "\n".join(lines)
