@@ -4,6 +4,7 @@ memory hogs, CPU burners, output floods, and what one run leaves for the next.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -196,8 +197,7 @@ n = 0
 try:
     while True:
         if os.fork() == 0:
-            time.sleep(600)  # klaw-fork-bomb-child
-            os._exit(0)
+            os.execvp("sleep", ["sleep", "741"])
         n += 1
 except OSError as e:
     print("forks", n, type(e).__name__)
@@ -207,7 +207,7 @@ except OSError as e:
     assert r.exit_code == 0 and out[0] == "forks" and out[2] == "BlockingIOError"
     assert 0 < int(out[1]) < sandbox.policy.pids
     # Every child went with the run; the sandbox still works.
-    assert gone(sandbox.policy.uid, "klaw-fork-bomb")
+    assert gone(sandbox.policy.uid, "sleep 741")
     bomb = await sandbox.run(CHAT, "bash", ":(){ :|:& };:", timeout=3)
     assert bomb.killed_by in ("timeout", None)
     after = await sandbox.run(CHAT, "python", "print('still here')")
@@ -276,6 +276,27 @@ async def test_nothing_of_one_run_is_left_for_the_next(sandbox: Sandbox) -> None
     )
     # Only the empty lines `ls` prints between the two directories; no segment left.
     assert second.stdout.text("stdout") == "1\n0\nend\n", sandbox.render(second)
+
+
+async def test_a_script_that_kills_its_wrapper_leaves_nothing_behind(sandbox: Sandbox) -> None:
+    code = (
+        "echo left > /tmp/left; (setsid sleep 745 </dev/null >/dev/null 2>&1 &); "
+        "kill -9 $PPID; sleep 0.2"
+    )
+    await sandbox.run(CHAT, "bash", code)
+    assert gone(sandbox.policy.uid, "sleep 745")
+    after = await sandbox.run("telegram_7", "bash", "ls -A /tmp; echo end")
+    assert after.stdout.text("stdout") == "end\n" and after.exit_code == 0
+
+
+async def test_runs_asked_for_at_once_run_one_at_a_time_in_order(sandbox: Sandbox) -> None:
+    runs = [
+        sandbox.run(CHAT, "bash", f"echo {i} >> /output/order.txt; sleep 0.05") for i in range(8)
+    ]
+    results = await asyncio.gather(*runs)
+    assert all(r.exit_code == 0 for r in results)
+    final = await sandbox.run(CHAT, "bash", "cat /output/order.txt")
+    assert final.stdout.text("stdout").split() == [str(i) for i in range(8)]
 
 
 async def test_skills_are_readable_at_skills_and_bad_code_is_a_normal_result(

@@ -33,6 +33,8 @@ def test_mount_forms() -> None:
         "{config}:ro",  # Klaw's config: tokens
         "{data}/memory:/mnt/m:ro",  # inside Klaw's data: the owner's memory
         "{state}:/mnt/s:rw",
+        "{workspace}:/mnt/ws:rw",  # holds every chat's outputs and /output's staging
+        "{workspace}/outputs/telegram_1:/mnt/o:ro",
     ],
 )
 def test_mounts_that_would_expose_secrets_are_refused_by_key(
@@ -43,6 +45,7 @@ def test_mounts_that_would_expose_secrets_are_refused_by_key(
         config=klaw_home.config_dir,
         data=klaw_home.data_dir,
         state=klaw_home.state_dir,
+        workspace=klaw_home.workspace,
     )
     cfg = CodeExecutionConfig(volume_mounts=[entry])
     with pytest.raises(ConfigError) as info:
@@ -82,7 +85,7 @@ def test_staging_keeps_new_files_per_chat_and_drops_links_and_what_is_over_the_c
     kept, dropped = out.collect(staged)
     assert [f.path for f in kept] == ["a.txt", "sub/b.csv"]
     assert set(dropped) == {
-        "sub/c.bin",
+        "sub/c.bin (over maxOutputBytes)",
         "passwd (not a regular file)",
         "dir-link (not a regular file)",
         "fifo (not a regular file)",
@@ -124,6 +127,67 @@ def test_a_run_keeps_at_most_max_files(tmp_path: Path) -> None:
     kept, dropped = out.collect(staged)
     assert len(kept) == MAX_FILES and len(dropped) == 5
     assert len(list(out.chat_dir("c1").iterdir())) == MAX_FILES
+
+
+def test_a_deep_tree_and_locked_dirs_neither_break_later_runs_nor_leak_to_other_chats(
+    tmp_path: Path,
+) -> None:
+    from klaw.sandbox.outputs import MAX_DEPTH
+
+    out = outputs(tmp_path)
+    staged = out.prepare("a")
+    deep = out.staging
+    for _ in range(1500):  # deeper than Python's recursion limit
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "bottom.txt").write_text("x")
+    locked = out.staging / "locked"
+    locked.mkdir()
+    (locked / "secret.txt").write_text("chat a's secret")
+    locked.chmod(0)
+    _, dropped = out.collect(staged)
+    assert any(f"(deeper than {MAX_DEPTH} levels)" in d for d in dropped)
+    assert list(out.staging.iterdir()) == []  # emptied all the same
+    other = out.prepare("b")
+    assert list(out.staging.iterdir()) == []  # nothing of chat a's run
+    assert out.collect(other) == ([], [])
+
+
+def test_a_file_where_a_directory_was_kept_and_the_reverse_are_dropped_not_raised(
+    tmp_path: Path,
+) -> None:
+    out = outputs(tmp_path)
+    first = out.prepare("c")
+    (out.staging / "a").mkdir()
+    (out.staging / "a" / "b.txt").write_text("1")
+    (out.staging / "f").write_text("file")
+    out.collect(first)
+    second = out.prepare("c")
+    (out.staging / "a" / "b.txt").unlink()
+    (out.staging / "a").rmdir()
+    (out.staging / "a").write_text("now a file")
+    (out.staging / "f").unlink()
+    (out.staging / "f").mkdir()
+    (out.staging / "f" / "g.txt").write_text("g")
+    (out.staging / "z.txt").write_text("z")
+    kept, dropped = out.collect(second)
+    assert [f.path for f in kept] == ["z.txt"]
+    assert sorted(d.split(" (")[0] for d in dropped) == ["a", "f/g.txt"]
+    chat = out.chat_dir("c")
+    assert (chat / "a" / "b.txt").read_text() == "1" and (chat / "f").read_text() == "file"
+
+
+def test_the_staging_dir_swapped_for_a_symlink_is_refused(tmp_path: Path) -> None:
+    from klaw.errors import SandboxError
+
+    out = outputs(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    out.staging.symlink_to(victim)
+    with pytest.raises(SandboxError, match="is not a plain directory"):
+        out.prepare("c")
+    assert (victim / "precious.txt").read_text() == "keep me"
 
 
 def test_chat_dir_names_are_plain() -> None:

@@ -47,8 +47,9 @@ CLEANUP = (
     "ipcrm --all 2>/dev/null; true"
 )
 
-#: Run as `sh -c WRAPPER sh INTERPRETER SCRIPT`: in /output, then CLEANUP.
-WRAPPER = f'cd /output || exit 125; "$@"; rc=$?; {CLEANUP}; exit $rc'
+#: Run as `sh -c WRAPPER sh INTERPRETER SCRIPT`: CLEANUP first (a script that killed
+#: its wrapper skipped the last one), the script in /output, then CLEANUP.
+WRAPPER = f'{CLEANUP}; cd /output || exit 125; "$@"; rc=$?; {CLEANUP}; exit $rc'
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import os
 import signal
 from pathlib import Path
 
-__all__ = ["RunCgroup", "docker_oom_kills", "make_run_cgroup"]
+__all__ = ["RunCgroup", "docker_cgroup_pids", "docker_oom_kills", "make_run_cgroup", "process_uid"]
 
 ROOT = Path("/sys/fs/cgroup")
 _serial = itertools.count(1)
@@ -165,15 +165,43 @@ def make_run_cgroup(memory_bytes: int, pids: int, cpus: float = 0.0) -> RunCgrou
     return None
 
 
-def docker_oom_kills(container_id: str) -> int | None:
-    """The container cgroup's OOM-kill count, where the host's cgroupfs shows it."""
-    candidates = [
-        ROOT / "memory" / "docker" / container_id,
-        ROOT / "memory" / "system.slice" / f"docker-{container_id}.scope",
+def _docker_dirs(container_id: str, controller: str) -> list[Path]:
+    return [
+        ROOT / controller / "docker" / container_id,
+        ROOT / controller / "system.slice" / f"docker-{container_id}.scope",
         ROOT / "system.slice" / f"docker-{container_id}.scope",
         ROOT / "docker" / container_id,
     ]
-    for d in candidates:
+
+
+def docker_cgroup_pids(container_id: str) -> list[int] | None:
+    """Host pids of the container's processes, where the host's cgroupfs shows them."""
+    for d in _docker_dirs(container_id, "pids"):
+        try:
+            return [int(p) for p in (d / "cgroup.procs").read_text().split()]
+        except OSError:
+            continue
+    return None
+
+
+def process_uid(pid: int) -> int | None:
+    """The real uid of a live process (None once it is gone or a zombie)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    uid = None
+    for line in status.splitlines():
+        if line.startswith("State:") and "Z" in line.split()[1]:
+            return None
+        if line.startswith("Uid:"):
+            uid = int(line.split()[1])
+    return uid
+
+
+def docker_oom_kills(container_id: str) -> int | None:
+    """The container cgroup's OOM-kill count, where the host's cgroupfs shows it."""
+    for d in _docker_dirs(container_id, "memory"):
         count = _oom_count(d)
         if count is not None:
             return count

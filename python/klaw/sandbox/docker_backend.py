@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from klaw.errors import SandboxError, SandboxUnavailable
 from klaw.sandbox.backend import CLEANUP, Backend, Job, Reader, signal_exit
-from klaw.sandbox.cgroups import docker_oom_kills
+from klaw.sandbox.cgroups import docker_cgroup_pids, docker_oom_kills, process_uid
 from klaw.sandbox.policy import ENV, Policy
 from klaw.sandbox.result import RunResult
 
@@ -39,6 +39,11 @@ __all__ = ["DEFAULT_DOCKER_HOST", "DockerBackend", "docker_problem"]
 log = logging.getLogger("klaw.sandbox")
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+#: How long a run's stream may outlast its deadline before the engine is taken as stuck.
+STREAM_GRACE_S = 15.0
+#: How long SIGKILLed leftovers of a run get to disappear before the container is replaced.
+LEFTOVER_WAIT_S = 2.0
 
 #: PID 1 of the keep-alive container: waits (reaping what runs leave) and nothing else.
 KEEPALIVE = ["/bin/sh", "-c", 'trap "exit 0" TERM; while :; do sleep 3600 & wait; done']
@@ -111,7 +116,9 @@ class DockerBackend(Backend):
         for m in p.existing_mounts():
             volumes[str(m.host)] = {"bind": m.target, "mode": "rw" if m.writable else "ro"}
         return {
-            "user": f"{p.uid}:{p.gid}",
+            # PID 1 (keep-alive) under a uid of its own: the runs' `kill -1` and ptrace
+            # cannot reach it. A run per container runs as the sandbox's user.
+            "user": f"{self._init_uid}:{self._init_uid}" if self.keep_alive else self._user,
             "environment": dict(ENV),
             "working_dir": "/output",
             "read_only": True,
@@ -243,33 +250,51 @@ class DockerBackend(Backend):
             raise error from exc
 
     def _run_exec(self, job: Job) -> RunResult:
+        import docker.errors
+
         c = self._warm()
         api = self.client.api
         oom_before = docker_oom_kills(c.id) if c.id else None
         t0 = time.monotonic()
-        user = f"{self.policy.uid}:{self.policy.gid}"
-        exec_id = api.exec_create(c.id, job.argv, user=user)["Id"]
+        exec_id = api.exec_create(c.id, job.argv, user=self._user)["Id"]
         killed = threading.Event()
+        killers: list[threading.Thread] = []
+        dead = threading.Event()  # the container itself had to be killed
 
-        def kill() -> None:
-            killed.set()
-            self._kill_runs(c)
+        def kill(why: threading.Event | None) -> None:
+            if why is not None:
+                why.set()
+            t = threading.Thread(target=self._kill_runs, args=(c, dead), daemon=True)
+            killers.append(t)
+            t.start()
 
-        timer = threading.Timer(job.timeout_s, kill)
-        timer.daemon = True
         reader = Reader()
         stream = api.exec_start(exec_id, stream=True, demux=True)
-        timer.start()
+        timer = threading.Timer(job.timeout_s, kill, args=(killed,))
+        # A Docker engine that wedges would leave the read below blocked for good.
+        stuck = threading.Timer(job.timeout_s + STREAM_GRACE_S, stream.close)
+        for clock in (timer, stuck):
+            clock.daemon = True
+            clock.start()
         try:
             for out, err in stream:
                 if reader.flooded:
                     continue  # draining what was in flight after the kill
                 if (out and not reader.feed(1, out)) or (err and not reader.feed(2, err)):
-                    threading.Thread(target=self._kill_runs, args=(c,), daemon=True).start()
+                    kill(None)
+        except Exception as exc:  # the stream closed under the read: the engine is stuck
+            log.warning("sandbox: the exec stream did not end (%s); container dropped", exc)
+            dead.set()
         finally:
             timer.cancel()
+            stuck.cancel()
             stream.close()
-        code = api.exec_inspect(exec_id).get("ExitCode")
+        for killer in killers:
+            killer.join()
+        try:
+            code = api.exec_inspect(exec_id).get("ExitCode")
+        except docker.errors.NotFound:  # the container was killed with the exec in it
+            code = None
         self.container_runs += 1
         self.runs += 1
         self.last_used = time.time()
@@ -278,9 +303,44 @@ class DockerBackend(Backend):
             result.killed_by = "timeout"
         elif result.killed_by is None and self._oom(c, oom_before, code):
             result.killed_by = "memory"
-        if self.container_runs >= self.max_runs:
+        if dead.is_set() or not self._clean_after(c):
+            self._drop(recycled=not dead.is_set())
+        elif self.container_runs >= self.max_runs:
             self._drop(recycled=True)
         return result
+
+    @property
+    def _init_uid(self) -> int:
+        return 65533 if self.policy.uid == 65534 else 65534
+
+    @property
+    def _user(self) -> str:
+        return f"{self.policy.uid}:{self.policy.gid}"
+
+    def _clean_after(self, c: Container) -> bool:
+        """True once no process of the sandbox's user is left in the container.
+
+        The wrapper kills what the script started, but the script may kill the wrapper
+        first; PID 1 runs as another uid, so `kill -1` as the sandbox's user reaches
+        everything of the run and nothing of the container's. False: recycle it.
+        """
+        left = self._leftovers(c)
+        if left == []:
+            return True
+        self._kill_runs(c, threading.Event())  # left over, or no cgroupfs to look in
+        deadline = time.monotonic() + LEFTOVER_WAIT_S
+        while (left := self._leftovers(c)) and time.monotonic() < deadline:
+            time.sleep(0.01)  # SIGKILLed processes take a moment to go
+        if left:
+            log.warning("sandbox: %d processes outlived their run; container replaced", len(left))
+        return not left
+
+    def _leftovers(self, c: Container) -> list[int] | None:
+        """Host pids of the sandbox user's processes in the container; None: unknown."""
+        pids = docker_cgroup_pids(str(c.id)) if c.id else None
+        if pids is None:
+            return None
+        return [pid for pid in pids if process_uid(pid) == self.policy.uid]
 
     def _oom(self, c: Container, before: int | None, code: int | None) -> bool:
         after = docker_oom_kills(c.id) if c.id else None
@@ -289,22 +349,19 @@ class DockerBackend(Backend):
         # No cgroupfs view: SIGKILL that Klaw did not send is the OOM killer's.
         return signal_exit(code) == 9
 
-    def _kill_runs(self, c: Container) -> None:
-        """Kills every process of the sandbox's user but PID 1 (and cleans up after them);
-        the container itself when even that cannot run."""
+    def _kill_runs(self, c: Container, dead: threading.Event) -> None:
+        """Kills every process of the sandbox's user (PID 1 runs as another) and cleans
+        up after them; kills the container when even that cannot run (sets `dead`)."""
         try:
-            c.exec_run(
-                ["/bin/sh", "-c", CLEANUP],
-                user=f"{self.policy.uid}:{self.policy.gid}",
-            )
+            c.exec_run(["/bin/sh", "-c", CLEANUP], user=self._user)
             return
         except Exception as exc:  # no pid left to exec with: a fork bomb
             log.info("sandbox: kill by exec failed (%s); killing the container", exc)
+        dead.set()
         try:
             c.kill()
         except Exception as exc:
             log.info("sandbox: container kill failed: %s", exc)
-        self._drop()
 
     def _run_once(self, job: Job) -> RunResult:
         """`docker run --rm` per call: a fresh container, killed whole at the deadline."""

@@ -119,7 +119,10 @@ class Policy:
         env = {**os.environ, "KLAW_WORKSPACE": str(paths.workspace)}
         mounts: list[Mount] = []
         problems: list[str] = []
+        # Klaw's dirs (config holds tokens, data the owner's memory, state the script),
+        # and the chats' outputs with /output's staging dir (service.STAGING).
         secret = [paths.config_dir, paths.data_dir, paths.state_dir]
+        secret += [paths.workspace / "outputs", paths.workspace / ".sandbox-staging"]
         sockets = [Path("/var/run/docker.sock"), Path("/run/docker.sock")]
         if docker_socket is not None:
             sockets.append(docker_socket)
@@ -132,8 +135,7 @@ class Policy:
                 problems.append(f"{key}: {exc}")
                 continue
             host = Path(os.path.realpath(mount.host))
-            # Neither a parent of Klaw's dirs, the home or the Docker socket, nor inside
-            # Klaw's dirs (config holds tokens, data the owner's memory).
+            # Neither a parent of those, the home or the Docker socket, nor inside them.
             bad = [p for p in (*secret, *sockets, home) if _within(Path(os.path.realpath(p)), host)]
             bad += [p for p in (*secret, *sockets) if _within(host, Path(os.path.realpath(p)))]
             if bad or host == Path("/"):
@@ -144,6 +146,9 @@ class Policy:
         targets = [m.target for m in mounts]
         if len(set(targets)) != len(targets):
             problems.append("codeExecution.volumeMounts: two mounts share a sandbox path")
+        hosts = [m.host for m in mounts]
+        if len(set(hosts)) != len(hosts):
+            problems.append("codeExecution.volumeMounts: a host path is mounted twice")
         if problems:
             raise ConfigError("engine.yaml", problems)
         uid, gid = sandbox_ids()

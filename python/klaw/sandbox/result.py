@@ -107,10 +107,10 @@ class RunResult:
             lines.append(f"--- files written to /output (kept in {self.output_dir}) ---")
             lines.append(shown + more)
         if self.files_dropped:
-            more = len(self.files_dropped) - 20
+            rest = len(self.files_dropped) - 20
             lines.append(
-                "not kept (over the output limits, or not regular files): "
+                "not kept: "
                 + ", ".join(self.files_dropped[:20])
-                + (f" and {more} more" if more > 0 else "")
+                + (f" and {rest} more" if rest > 0 else "")
             )
         return "\n".join(lines)
