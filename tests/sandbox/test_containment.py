@@ -314,6 +314,37 @@ async def test_skills_are_readable_at_skills_and_bad_code_is_a_normal_result(
     assert r.stdout.text("stdout") == "\ufffd\ufffd ok"
 
 
+async def test_etc_and_mounts_are_readable_and_odd_code_is_just_code(
+    klaw_home: KlawPaths,
+) -> None:
+    bwrap_or_skip()
+    data = klaw_home.workspace.parent / "exports"
+    data.mkdir()
+    (data / "in.csv").write_text("a,b\n")
+    sb = open_sandbox(
+        klaw_home,
+        "bwrap",
+        volumeMounts=["${KLAW_WORKSPACE}/skills:ro", f"{data}:/mnt/data/in:ro"],
+    )
+    try:
+        r = await sb.run(
+            CHAT, "bash", "head -c 0 /etc/hosts && echo etc-ok; whoami; cat /mnt/data/in/in.csv"
+        )
+        assert r.stdout.text("stdout") == "etc-ok\nsandbox\na,b\n", sb.render(r)
+        # What the code prints is never taken for bubblewrap's own failure.
+        r = await sb.run(CHAT, "bash", "echo 'bwrap: cannot find source path' >&2; exit 1")
+        assert r.exit_code == 1 and "bwrap:" in r.stderr.text("stderr")
+        # A lone surrogate is valid JSON; the script gets U+FFFD, not an engine error.
+        r = await sb.run(CHAT, "python", "print(len('\ud83d'))")
+        assert r.stdout.text("stdout") == "1\n"
+        r = await sb.run(CHAT, "bash", "sleep 60", timeout=1)
+        assert r.killed_by == "timeout"
+    finally:
+        await sb.aclose()
+    own = [p for p in Path("/sys/fs/cgroup").glob(f"*/**/klaw-sandbox-{os.getpid()}-*")]
+    assert own == []  # every run's cgroup removed, the killed one's too
+
+
 def test_a_run_cgroup_carries_memory_pids_and_cpu_limits() -> None:
     from klaw.sandbox.cgroups import make_run_cgroup
 

@@ -25,12 +25,12 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from klaw.errors import SandboxError, SandboxUnavailable
 from klaw.sandbox.backend import Backend, Job, Reader, signal_exit
-from klaw.sandbox.cgroups import make_run_cgroup
+from klaw.sandbox.cgroups import make_run_cgroup, sweep_stale
 from klaw.sandbox.policy import ENV, Policy
 from klaw.sandbox.result import RunResult
 
@@ -63,7 +63,8 @@ AS_HEADROOM = 512 * 1024 * 1024
 
 def host_root_args(*, etc: bool = True) -> list[str]:
     """A read-only root from the host's /usr (merged or not) and a few /etc files."""
-    args = ["--ro-bind", "/usr", "/usr"]
+    # Directories bubblewrap makes for mount points are 0700 when it runs as root.
+    args = ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]
     for top in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):
         path = Path("/") / top
         if path.is_symlink():
@@ -133,6 +134,17 @@ def _tasks_of(uid: int) -> int:
     return total
 
 
+def _read_all(fd: int) -> bytes:
+    """What bubblewrap wrote to its info pipe (closed when it exited); closes `fd`."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 class BwrapBackend(Backend):
     name = "bwrap"
 
@@ -148,6 +160,7 @@ class BwrapBackend(Backend):
             raise SandboxUnavailable(bwrap_problem() or "bubblewrap is not installed")
         self.exe = exe
         self.etc = code_dir.parent / "etc"
+        sweep_stale()  # run cgroups a crashed engine left
 
     # ------------------------------------------------------------------ argv
 
@@ -155,6 +168,12 @@ class BwrapBackend(Backend):
         if (self.rootfs / "usr" / "bin" / "python3").exists():
             return ["--ro-bind", str(self.rootfs), "/"]
         return host_root_args()
+
+    def _in_root(self, path: str) -> bool:
+        """Whether the read-only root already has `path` (the built rootfs has /mnt)."""
+        if (self.rootfs / "usr" / "bin" / "python3").exists():
+            return (self.rootfs / path.lstrip("/")).is_dir()
+        return False
 
     def _write_etc(self) -> None:
         """passwd and group naming the sandbox user, so `whoami`/getpwuid work."""
@@ -165,7 +184,7 @@ class BwrapBackend(Backend):
         )
         (self.etc / "group").write_text(f"root:x:0:\nsandbox:x:{gid}:\n")
 
-    def argv(self, job: Job, *, limits_by_cgroup: bool) -> list[str]:
+    def argv(self, job: Job, *, limits_by_cgroup: bool, info_fd: int | None = None) -> list[str]:
         p = self.policy
         limits = [
             f"--cpu={job.timeout_s + 1}",
@@ -179,6 +198,8 @@ class BwrapBackend(Backend):
         root = os.getuid() == 0
         argv += namespace_args(network=p.network)
         argv += ["--die-with-parent", "--new-session"]
+        if info_fd is not None:  # bwrap writes the child's pid there once the sandbox is up
+            argv += ["--info-fd", str(info_fd)]
         argv += self._root_args()
         argv += ["--ro-bind", str(self.etc / "passwd"), "/etc/passwd"]
         argv += ["--ro-bind", str(self.etc / "group"), "/etc/group"]
@@ -190,7 +211,12 @@ class BwrapBackend(Backend):
         argv += ["--perms", "1777", "--size", str(p.tmp_bytes), "--tmpfs", "/tmp"]
         argv += ["--ro-bind", str(self.code_dir), "/code"]
         argv += ["--bind", str(self.staging), "/output"]
+        made = {"/"}
         for m in p.existing_mounts():
+            for parent in reversed(PurePosixPath(m.target).parents):
+                if str(parent) not in made and not self._in_root(str(parent)):
+                    argv += ["--perms", "0755", "--dir", str(parent)]
+                made.add(str(parent))
             argv += ["--bind" if m.writable else "--ro-bind", str(m.host), m.target]
         argv += ["--remount-ro", "/", "--chdir", "/output", "--clearenv"]
         for key, value in ENV.items():
@@ -227,7 +253,8 @@ class BwrapBackend(Backend):
         self._write_etc()
         cgroup = make_run_cgroup(self.policy.memory_bytes, self.policy.pids, self.policy.cpus)
         self.last_cgroup = cgroup is not None
-        argv = self.argv(job, limits_by_cgroup=cgroup is not None)
+        info_r, info_w = os.pipe()
+        argv = self.argv(job, limits_by_cgroup=cgroup is not None, info_fd=info_w)
         if cgroup is not None:
             # Join the cgroup before anything of the run exists: the shim moves itself.
             argv = [
@@ -251,11 +278,15 @@ class BwrapBackend(Backend):
                 env=env,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=(info_w,),
             )
         except OSError as exc:
+            os.close(info_r)
             if cgroup is not None:
                 cgroup.remove()
             raise SandboxError(f"bubblewrap could not start: {exc}") from exc
+        finally:
+            os.close(info_w)
         reader = Reader()
         timed_out = False
         try:
@@ -275,12 +306,15 @@ class BwrapBackend(Backend):
                 cgroup.remove()
         self.runs += 1
         result = reader.result(None if timed_out or reader.flooded else code, t0, self.name)
+        started = _read_all(info_r)
         err = reader.stderr.text("stderr")
-        if code == 1 and err.startswith("bwrap: ") and not reader.stdout.total:
-            raise SandboxError(f"bubblewrap refused to make the sandbox: {err.strip()[:300]}")
+        if not started and not timed_out:  # bwrap failed before the code could run
+            raise SandboxError(f"bubblewrap could not make the sandbox: {err.strip()[:300]}")
         if timed_out:
             result.killed_by = "timeout"
-        elif result.killed_by is None and (oom > 0 or (cgroup is None and "MemoryError" in err)):
+        elif result.killed_by is None and (
+            oom > 0 or (cgroup is None and err.rstrip().endswith("MemoryError"))
+        ):
             result.killed_by = "memory"
         if result.killed_by is None and signal_exit(code) == signal.SIGKILL and cgroup is None:
             result.notes.append("The process was killed (SIGKILL), probably by a memory limit.")

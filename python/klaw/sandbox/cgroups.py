@@ -12,9 +12,17 @@ import contextlib
 import itertools
 import os
 import signal
+import time
 from pathlib import Path
 
-__all__ = ["RunCgroup", "docker_cgroup_pids", "docker_oom_kills", "make_run_cgroup", "process_uid"]
+__all__ = [
+    "RunCgroup",
+    "docker_cgroup_pids",
+    "docker_oom_kills",
+    "make_run_cgroup",
+    "process_uid",
+    "sweep_stale",
+]
 
 ROOT = Path("/sys/fs/cgroup")
 _serial = itertools.count(1)
@@ -69,17 +77,51 @@ class RunCgroup:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
 
-    def remove(self) -> None:
-        self.kill_all()
+    def remove(self, within_s: float = 5.0) -> bool:
+        """Kills the members, waits until they are gone, removes the directories.
+
+        False when one could not be removed in time (it is swept at the next start).
+        """
+        deadline = time.monotonic() + within_s
+        ok = True
         for d in self.dirs:
-            for _ in range(50):  # members take a moment to leave after SIGKILL
+            while True:
                 try:
                     d.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
-                    os.sched_yield()
+                    if time.monotonic() > deadline:
+                        ok = False
+                        break
+                    self.kill_all()
+                    time.sleep(0.002)  # SIGKILLed members take a moment to leave
+        return ok
+
+
+def sweep_stale() -> int:
+    """Removes the empty run cgroups of engines that are gone (a crash, a kill -9)."""
+    removed = 0
+    own = _own_paths()
+    parents = {ROOT / c / own[c].lstrip("/") for c in ("memory", "pids", "cpu") if c in own}
+    if "" in own:
+        parents.add(ROOT / own[""].lstrip("/"))
+    for parent in parents:
+        try:
+            entries = list(parent.glob("klaw-sandbox-*"))
+        except OSError:
+            continue
+        for d in entries:
+            pid = d.name.split("-")[2] if d.name.count("-") >= 3 else ""
+            if pid.isdigit() and int(pid) != os.getpid() and Path(f"/proc/{pid}").exists():
+                continue  # another live engine's
+            try:
+                d.rmdir()
+                removed += 1
+            except OSError:
+                continue
+    return removed
 
 
 def _oom_count(d: Path) -> int | None:
@@ -112,12 +154,22 @@ def _cpu_v1(own: dict[str, str], run: str, cpus: float) -> Path | None:
     except OSError:
         return None
     try:
-        (d / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
-        (d / "cpu.cfs_quota_us").write_text(str(int(cpus * CFS_PERIOD_US)))
+        _set(d / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+        _set(d / "cpu.cfs_quota_us", str(int(cpus * CFS_PERIOD_US)))
     except OSError:
         d.rmdir()
         return None
     return d
+
+
+def _set(path: Path, value: str) -> None:
+    """Writes an existing control file; never creates one (a missing file means the
+    controller is not there, and a plain file would limit nothing)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
 def make_run_cgroup(memory_bytes: int, pids: int, cpus: float = 0.0) -> RunCgroup | None:
@@ -133,11 +185,11 @@ def make_run_cgroup(memory_bytes: int, pids: int, cpus: float = 0.0) -> RunCgrou
                 d.mkdir()
                 made.append(d)
             mem, pid = made
-            (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            _set(mem / "memory.limit_in_bytes", str(memory_bytes))
             swap = mem / "memory.memsw.limit_in_bytes"
             if swap.exists():  # no swap beyond the limit
-                swap.write_text(str(memory_bytes))
-            (pid / "pids.max").write_text(str(pids))
+                _set(swap, str(memory_bytes))
+            _set(pid / "pids.max", str(pids))
             cpu = _cpu_v1(own, run, cpus) if cpus > 0 else None
             if cpu is not None:
                 made.append(cpu)
@@ -145,19 +197,27 @@ def make_run_cgroup(memory_bytes: int, pids: int, cpus: float = 0.0) -> RunCgrou
         except OSError:
             RunCgroup(made, v2=False).remove()
             return None
-    if "" in own:  # v2: a child of our own cgroup, if it is delegated to us
-        d = ROOT / own[""].lstrip("/") / run
+    if "" in own and (ROOT / "cgroup.controllers").exists():  # v2, delegated to us
+        parent = ROOT / own[""].lstrip("/")
+        try:
+            enabled = (parent / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            return None
+        if not {"memory", "pids"} <= set(enabled):
+            return None  # the limits would not exist in a child: rlimits stand in
+        d = parent / run
         try:
             d.mkdir()
         except OSError:
             return None
         cg = RunCgroup([d], v2=True)
         try:
-            (d / "memory.max").write_text(str(memory_bytes))
-            (d / "memory.swap.max").write_text("0")
-            (d / "pids.max").write_text(str(pids))
+            _set(d / "memory.max", str(memory_bytes))
+            _set(d / "pids.max", str(pids))
+            if (d / "memory.swap.max").exists():
+                _set(d / "memory.swap.max", "0")
             if cpus > 0 and (d / "cpu.max").exists():
-                (d / "cpu.max").write_text(f"{int(cpus * CFS_PERIOD_US)} {CFS_PERIOD_US}")
+                _set(d / "cpu.max", f"{int(cpus * CFS_PERIOD_US)} {CFS_PERIOD_US}")
         except OSError:
             cg.remove()
             return None

@@ -174,7 +174,7 @@ class Sandbox:
         for old in self.code_dir.iterdir():
             old.unlink()
         path = self.code_dir / script
-        path.write_text(code, encoding="utf-8")
+        path.write_bytes(code.encode("utf-8", "replace"))  # a lone surrogate is valid JSON
         path.chmod(0o644)
         staged = self.outputs.prepare(chat_id)
         try:
