@@ -17,6 +17,7 @@ from sandbox_support import bwrap_or_skip, docker_engine, open_sandbox
 
 from klaw.paths import KlawPaths
 from klaw.sandbox.service import Sandbox
+from klaw.tools.code import CodeExecute
 
 __all__ = ["docker_engine"]
 
@@ -124,6 +125,26 @@ except OSError as e:
     assert "CONNECTED" not in out and "RESOLVED" not in out
     assert out.count("blocked") == 3 and "no dns" in out
     assert seen == []  # nothing reached the host's loopback
+
+
+async def test_allow_network_under_bubblewrap_shares_the_hosts_network(
+    klaw_home: KlawPaths, listener: tuple[int, list[str]]
+) -> None:
+    # docs/sandbox.md warns of exactly this: the host's 127.0.0.1 is reachable.
+    bwrap_or_skip()
+    port, seen = listener
+    sb = open_sandbox(klaw_home, "bwrap", allowNetwork=True)
+    try:
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5).close()"
+        r = await sb.run(CHAT, "python", code)
+        assert r.exit_code == 0, sb.render(r)
+        assert "The network is reachable." in CodeExecute(sb, CHAT).schema().description
+    finally:
+        await sb.aclose()
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.02)  # the listener thread accepts what is already queued
+    assert len(seen) == 1
 
 
 async def test_writes_outside_tmp_and_output_fail_and_output_is_kept_per_chat(
