@@ -98,21 +98,29 @@ def start_dockerd() -> subprocess.Popen[bytes] | None:
     return proc
 
 
-def dockerd_pids() -> list[int]:
-    """Live dockerd processes serving SOCKET (found by command line: pidfiles go stale)."""
-    want = f"-H {URL}".encode()
-    pids = []
+def live_processes() -> Iterator[tuple[int, int, str]]:
+    """(pid, uid, command line) of every live process on the host (zombies left out)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            uid = entry.stat().st_uid
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             state = (entry / "stat").read_text().split(") ", 1)[1][:1]
         except (OSError, IndexError):
             continue
-        if cmd.startswith(b"/usr/sbin/dockerd ") and want in cmd and state != "Z":
-            pids.append(int(entry.name))
-    return pids
+        if state != "Z":
+            yield int(entry.name), uid, cmd
+
+
+def dockerd_pids() -> list[int]:
+    """Live dockerd processes serving SOCKET (found by command line: pidfiles go stale)."""
+    want = f"-H {URL}"
+    return [
+        pid
+        for pid, _, cmd in live_processes()
+        if cmd.startswith("/usr/sbin/dockerd ") and want in cmd
+    ]
 
 
 def stop_dockerd(proc: subprocess.Popen[bytes] | None = None, *, force: bool = False) -> None:

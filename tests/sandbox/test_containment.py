@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import bwrap_or_skip, docker_engine, open_sandbox
+from sandbox_support import bwrap_or_skip, docker_engine, live_processes, open_sandbox
 
 from klaw.paths import KlawPaths
 from klaw.sandbox.service import Sandbox
@@ -75,20 +75,7 @@ def listener() -> Iterator[tuple[int, list[str]]]:
 
 def sandbox_pids(uid: int, marker: str) -> list[int]:
     """Host processes of the sandbox's uid whose command line holds `marker`."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().split(") ", 1)[1][0]
-        except (OSError, IndexError):
-            continue
-        if marker in cmd and state != "Z":
-            out.append(int(entry.name))
-    return out
+    return [pid for pid, owner, cmd in live_processes() if owner == uid and marker in cmd]
 
 
 def gone(uid: int, marker: str, within_s: float = 10.0) -> bool:

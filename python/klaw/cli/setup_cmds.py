@@ -444,10 +444,11 @@ def _check_sandbox(doc: _Doctor, cfg: EngineConfig, paths: KlawPaths) -> None:
         finally:
             client.close()
         return
-    rootfs = paths.data_dir / "sandbox" / "rootfs" / "usr" / "bin" / "python3"
+    from klaw.sandbox.bwrap import has_rootfs
+
     root = (
         "its built root"
-        if rootfs.exists()
+        if has_rootfs(paths.data_dir / "sandbox" / "rootfs")
         else "the host's /usr (`klaw sandbox build` adds numpy etc.)"
     )
     doc.ok(f"sandbox: {choice.reason}, on {root}")

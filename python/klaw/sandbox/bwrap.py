@@ -34,7 +34,7 @@ from klaw.sandbox.cgroups import make_run_cgroup, sweep_stale
 from klaw.sandbox.policy import ENV, Policy
 from klaw.sandbox.result import RunResult
 
-__all__ = ["BwrapBackend", "bwrap_problem"]
+__all__ = ["BwrapBackend", "bwrap_problem", "has_rootfs"]
 
 #: /etc files bound from the host when there is no built rootfs (no shadow, no config).
 HOST_ETC = (
@@ -76,6 +76,11 @@ def host_root_args(*, etc: bool = True) -> list[str]:
         if path.exists():
             args += ["--ro-bind", str(path), f"/etc/{name}"]
     return args
+
+
+def has_rootfs(rootfs: Path) -> bool:
+    """Whether `klaw sandbox build` made bubblewrap's root there."""
+    return (rootfs / "usr" / "bin" / "python3").exists()
 
 
 def namespace_args(*, network: bool) -> list[str]:
@@ -165,13 +170,13 @@ class BwrapBackend(Backend):
     # ------------------------------------------------------------------ argv
 
     def _root_args(self) -> list[str]:
-        if (self.rootfs / "usr" / "bin" / "python3").exists():
+        if has_rootfs(self.rootfs):
             return ["--ro-bind", str(self.rootfs), "/"]
         return host_root_args()
 
     def _in_root(self, path: str) -> bool:
         """Whether the read-only root already has `path` (the built rootfs has /mnt)."""
-        if (self.rootfs / "usr" / "bin" / "python3").exists():
+        if has_rootfs(self.rootfs):
             return (self.rootfs / path.lstrip("/")).is_dir()
         return False
 
@@ -356,10 +361,9 @@ class BwrapBackend(Backend):
             cgroup.kill_all()
 
     def status(self) -> dict[str, Any]:
-        rootfs = (self.rootfs / "usr" / "bin" / "python3").exists()
         return {
             "backend": self.name,
-            "root": str(self.rootfs) if rootfs else "host /usr (no built rootfs)",
+            "root": str(self.rootfs) if has_rootfs(self.rootfs) else "host /usr (no built rootfs)",
             "runs": self.runs,
             "cgroup": self.last_cgroup,
         }

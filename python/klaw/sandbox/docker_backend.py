@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,39 @@ def docker_problem(base_url: str) -> str | None:
     except Exception as exc:  # any failure to talk to it means "not usable"
         return f"the Docker engine at {base_url} does not answer: {type(exc).__name__}"
     return None
+
+
+def _read(stream: Any, timeout_s: int, kill: Callable[[], None]) -> tuple[Reader, bool, bool]:
+    """Reads a run's demuxed output until it ends, calling `kill` at the deadline or
+    once when it floods. Returns (reader, timed out, stuck): a stream still open
+    STREAM_GRACE_S after the deadline (a wedged engine) is closed under the read."""
+    reader = Reader()
+    timed_out = threading.Event()
+
+    def deadline() -> None:
+        timed_out.set()
+        kill()
+
+    timer = threading.Timer(timeout_s, deadline)
+    guard = threading.Timer(timeout_s + STREAM_GRACE_S, stream.close)
+    for clock in (timer, guard):
+        clock.daemon = True
+        clock.start()
+    stuck = False
+    try:
+        for out, err in stream:
+            if reader.flooded:
+                continue  # draining what was in flight after the kill
+            if (out and not reader.feed(1, out)) or (err and not reader.feed(2, err)):
+                kill()
+    except Exception as exc:  # closed under the read: the engine is stuck
+        log.warning("sandbox: the run's stream did not end (%s)", exc)
+        stuck = True
+    finally:
+        timer.cancel()
+        guard.cancel()
+        stream.close()
+    return reader, timed_out.is_set() and not reader.flooded, stuck
 
 
 class DockerBackend(Backend):
@@ -257,38 +291,18 @@ class DockerBackend(Backend):
         oom_before = docker_oom_kills(c.id) if c.id else None
         t0 = time.monotonic()
         exec_id = api.exec_create(c.id, job.argv, user=self._user)["Id"]
-        killed = threading.Event()
         killers: list[threading.Thread] = []
         dead = threading.Event()  # the container itself had to be killed
 
-        def kill(why: threading.Event | None) -> None:
-            if why is not None:
-                why.set()
+        def kill() -> None:
             t = threading.Thread(target=self._kill_runs, args=(c, dead), daemon=True)
             killers.append(t)
             t.start()
 
-        reader = Reader()
         stream = api.exec_start(exec_id, stream=True, demux=True)
-        timer = threading.Timer(job.timeout_s, kill, args=(killed,))
-        # A Docker engine that wedges would leave the read below blocked for good.
-        stuck = threading.Timer(job.timeout_s + STREAM_GRACE_S, stream.close)
-        for clock in (timer, stuck):
-            clock.daemon = True
-            clock.start()
-        try:
-            for out, err in stream:
-                if reader.flooded:
-                    continue  # draining what was in flight after the kill
-                if (out and not reader.feed(1, out)) or (err and not reader.feed(2, err)):
-                    kill(None)
-        except Exception as exc:  # the stream closed under the read: the engine is stuck
-            log.warning("sandbox: the exec stream did not end (%s); container dropped", exc)
+        reader, timed_out, stuck = _read(stream, job.timeout_s, kill)
+        if stuck:
             dead.set()
-        finally:
-            timer.cancel()
-            stuck.cancel()
-            stream.close()
         for killer in killers:
             killer.join()
         try:
@@ -298,8 +312,8 @@ class DockerBackend(Backend):
         self.container_runs += 1
         self.runs += 1
         self.last_used = time.time()
-        result = reader.result(None if killed.is_set() else code, t0, self.name)
-        if killed.is_set():
+        result = reader.result(None if timed_out else code, t0, self.name)
+        if timed_out:
             result.killed_by = "timeout"
         elif result.killed_by is None and self._oom(c, oom_before, code):
             result.killed_by = "memory"
@@ -372,35 +386,21 @@ class DockerBackend(Backend):
             stream = api.attach(str(c.id), stdout=True, stderr=True, stream=True, demux=True)
             t0 = time.monotonic()
             c.start()
-            killed = threading.Event()
 
             def kill() -> None:
-                killed.set()
                 try:
                     c.kill()
                 except Exception as exc:
                     log.info("sandbox: container kill failed: %s", exc)
 
-            timer = threading.Timer(job.timeout_s, kill)
-            timer.daemon = True
-            timer.start()
-            reader = Reader()
-            try:
-                for out, err in stream:
-                    if reader.flooded:
-                        continue
-                    if (out and not reader.feed(1, out)) or (err and not reader.feed(2, err)):
-                        threading.Thread(target=kill, daemon=True).start()
-                code = c.wait(timeout=job.timeout_s + 30).get("StatusCode")
-            finally:
-                timer.cancel()
-                stream.close()
+            reader, timed_out, _ = _read(stream, job.timeout_s, kill)
+            code = c.wait(timeout=STREAM_GRACE_S).get("StatusCode")
             c.reload()
             oom = bool(c.attrs.get("State", {}).get("OOMKilled"))
             self.runs += 1
             self.last_used = time.time()
-            result = reader.result(None if killed.is_set() else code, t0, self.name)
-            if killed.is_set() and not reader.flooded:
+            result = reader.result(None if timed_out or reader.flooded else code, t0, self.name)
+            if timed_out:
                 result.killed_by = "timeout"
             elif result.killed_by is None and (oom or signal_exit(code) == 9):
                 result.killed_by = "memory"

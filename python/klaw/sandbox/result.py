@@ -47,12 +47,10 @@ class Capture:
         return self.total > len(self._head) + len(self._tail)
 
     def text(self, name: str) -> str:
+        if not self.cut:  # head and tail meet: one piece, decoded whole
+            return bytes(self._head + self._tail).decode("utf-8", errors="replace")
         head = self._head.decode("utf-8", errors="replace")
-        if not self._tail:
-            return head
         tail = self._tail.decode("utf-8", errors="replace")
-        if not self.cut:
-            return (bytes(self._head) + bytes(self._tail)).decode("utf-8", errors="replace")
         skipped = self.total - len(self._head) - len(self._tail)
         return (
             f"{head}\n[{name} cut: {skipped} bytes left out of {self.total}; "

@@ -217,8 +217,3 @@ class Sandbox:
             queued=self.queued,
         )
         return facts
-
-    async def status_async(self) -> dict[str, Any]:
-        """`status` read on the worker thread (the docker SDK blocks)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self.status)
