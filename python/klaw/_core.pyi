@@ -179,11 +179,13 @@ class Store:
         top_k: int = 10,
         candidates: int = 20,
         rrf_k: float = 60.0,
-        vector_weight: float = 1.0,
-        keyword_weight: float = 1.0,
+        vector_weight: float = 0.7,
+        keyword_weight: float = 0.3,
         since: str | None = None,
         until: str | None = None,
         source: str | None = None,
+        fusion: str = "convex",
+        recency: float = 0.0,
     ) -> list[Hit]: ...
     def vector_search(
         self,
@@ -208,6 +210,10 @@ class Store:
     def recent_messages(
         self, chat_id: str, since: str | None = None, limit: int = 20
     ) -> list[Message]: ...
+    def messages_after(
+        self, chat_id: str, after: int = 0, limit: int = 500
+    ) -> list[tuple[int, Message]]: ...
+    def chat_heads(self) -> list[tuple[str, int]]: ...
     def search_messages(self, query: str, limit: int = 20) -> list[Message]: ...
     def upsert_session(
         self, chat_id: str, model: str, segment_start: str, created_at: str
@@ -239,8 +245,9 @@ class Store:
         top_k: int = 5,
         candidates: int = 20,
         rrf_k: float = 60.0,
-        vector_weight: float = 1.0,
-        keyword_weight: float = 1.0,
+        vector_weight: float = 0.7,
+        keyword_weight: float = 0.3,
+        fusion: str = "convex",
     ) -> list[DocHit]:
         """Exact vector KNN and BM25 over the docs, fused by RRF; best first."""
     def stats(self) -> list[tuple[str, int]]: ...
@@ -286,11 +293,15 @@ class Embedder:
         threads: int = 1,
         max_length: int = 256,
         max_batch_tokens: int = 0,
+        windows: bool = True,
+        query_prefix: str = "",
+        passage_prefix: str = "",
     ) -> Embedder: ...
     @property
     def dim(self) -> int: ...
     def embed(self, text: str) -> list[float]: ...
     def embed_batch(self, texts: list[str]) -> bytes: ...
+    def embed_queries(self, texts: list[str]) -> bytes: ...
     def count_tokens(self, text: str) -> int: ...
 
 @final

@@ -79,7 +79,7 @@ __all__ = [
     "substitute_env",
 ]
 
-DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_EMBEDDING_MODEL = "multilingual-e5-small"
 
 
 class _Section(BaseModel):
@@ -210,7 +210,10 @@ class EmbeddingConfig(_Section):
     tokenizer_path: str | None = None
     ort_library: str | None = None  # libonnxruntime.so; default: the onnxruntime wheel's
     threads: Annotated[int, Field(ge=1)] = 1
-    max_length: Annotated[int, Field(ge=8, le=512)] = 256
+    # Tokens per model run; None = the model's own window (MiniLM 256, E5 512).
+    max_length: Annotated[int, Field(ge=8, le=512)] | None = None
+    # Longer texts: embed every window and pool them, or keep only the first window.
+    long_texts: Literal["windows", "truncate"] = "windows"
     batch_size: Annotated[int, Field(ge=1)] = 16
     ollama_endpoint: str = "http://localhost:11434"
     ollama_model: str = "all-minilm:l6-v2"
@@ -232,9 +235,14 @@ class ChunkingConfig(_Section):
 class SearchConfig(_Section):
     top_k: PositiveInt = 10
     candidates: PositiveInt = 20
+    # convex: weighted sum of min-max normalised scores; rrf: reciprocal rank fusion.
+    fusion: Literal["convex", "rrf"] = "convex"
     rrf_k: PositiveInt = 60
-    vector_weight: Annotated[float, Field(ge=0)] = 1.0
-    keyword_weight: Annotated[float, Field(ge=0)] = 1.0
+    # None: the weights measured for the embedding model (e5 0.7/0.3, MiniLM 0.4/0.6).
+    vector_weight: Annotated[float, Field(ge=0)] | None = None
+    keyword_weight: Annotated[float, Field(ge=0)] | None = None
+    # Bonus for the newest candidate (0..this by date): updated facts' new values first.
+    recency: Annotated[float, Field(ge=0, le=1)] = 0.2
 
 
 class WatchConfig(_Section):

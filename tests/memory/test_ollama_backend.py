@@ -80,7 +80,8 @@ def test_memory_works_on_the_ollama_backend(ollama: str, klaw_home: KlawPaths) -
     ) as m:
         m.save("zebra crossing near the school")
         m.save("quarterly budget review")
-        assert "zebra" in m.search("zebra", top_k=1)[0].content
+        # Both legs agree on this one (the fake vectors compare letters).
+        assert "zebra" in m.search("zebra crossing", top_k=1)[0].content
         assert m.store.meta_get("embedding_model") == "ollama:all-minilm:l6-v2"
 
 

@@ -23,6 +23,7 @@ def test_builtin_registry_offers_the_built_in_tools(reg: ToolRegistry) -> None:
     assert sorted(reg.names()) == sorted(
         [
             "memory_search",
+            "conversation_search",
             "memory_save",
             "memory_core_get",
             "memory_core_update",

@@ -184,7 +184,7 @@ def _chat(a: argparse.Namespace) -> int:
 def _model_install(a: argparse.Namespace) -> int:
     from klaw.cli.setup_cmds import model_install
 
-    return model_install(from_hub=a.from_hub, force=a.force, quantize=a.quantize)
+    return model_install(from_hub=a.from_hub, force=a.force, quantize=a.quantize, name=a.model)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -361,6 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--from-hub", metavar="URL", help="download model.onnx and tokenizer.json from this URL"
     )
     sp.add_argument("--force", action="store_true", help="overwrite an installed model")
+    sp.add_argument(
+        "--model",
+        metavar="NAME",
+        help="multilingual-e5-small or all-MiniLM-L6-v2 (default: engine.yaml's model)",
+    )
     sp.add_argument(
         "--no-quantize",
         dest="quantize",

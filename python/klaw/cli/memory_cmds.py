@@ -138,7 +138,7 @@ def reindex(progress: bool = True) -> int:
     print(
         f"reindexed in {r.seconds:.1f}s: {r.messages} messages, {r.sessions} sessions, "
         f"{r.summaries} summaries, {r.files} memory files, {r.saved_facts} saved facts, "
-        f"{r.chunks} chunks"
+        f"{r.chunks} chunks, {r.conversation_chunks} conversation chunks"
     )
     if r.skipped_count:
         print(f"skipped {r.skipped_count} unreadable line(s):", file=sys.stderr)

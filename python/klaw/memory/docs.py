@@ -357,14 +357,16 @@ class Docs:
         if store.count_docs() == 0:
             self.ensure_indexed()
         s = self.memory.config.memory.search
+        wv, wk = self.memory.fusion_weights()
         hits = store.search_docs(
-            self.memory.backend.embed_batch([query]),
+            self.memory.backend.embed_query(query),
             query,
             top_k=top_k,
             candidates=max(s.candidates, top_k),
             rrf_k=float(s.rrf_k),
-            vector_weight=s.vector_weight,
-            keyword_weight=s.keyword_weight,
+            vector_weight=wv,
+            keyword_weight=wk,
+            fusion=s.fusion,
         )
         return [
             DocHit(h.file, h.section, h.content, h.start_line, h.end_line, h.chunk, h.score)

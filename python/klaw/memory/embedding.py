@@ -20,11 +20,13 @@ class EmbeddingBackend(Protocol):
 
     def embed_batch(self, texts: list[str]) -> bytes: ...
 
+    def embed_query(self, text: str) -> bytes: ...
+
     def embed_cached(self, cache: _core.EmbeddingCache, texts: list[str]) -> tuple[bytes, int]: ...
 
 
 class OnnxBackend:
-    """all-MiniLM-L6-v2 run by ONNX Runtime inside the Rust core."""
+    """An ONNX sentence encoder run by ONNX Runtime inside the Rust core."""
 
     def __init__(self, embedder: _core.Embedder, model_id: str) -> None:
         self.embedder = embedder
@@ -36,6 +38,9 @@ class OnnxBackend:
 
     def embed_batch(self, texts: list[str]) -> bytes:
         return self.embedder.embed_batch(texts)
+
+    def embed_query(self, text: str) -> bytes:
+        return self.embedder.embed_queries([text])
 
     def embed_cached(self, cache: _core.EmbeddingCache, texts: list[str]) -> tuple[bytes, int]:
         return _core.embed_cached(self.embedder, cache, self.model_id, texts)
@@ -84,6 +89,9 @@ class OllamaBackend:
             norm = sum(x * x for x in v) ** 0.5 or 1.0
             out += struct.pack(f"<{dim}f", *(x / norm for x in v))
         return bytes(out)
+
+    def embed_query(self, text: str) -> bytes:
+        return self.embed_batch([text])
 
     def embed_cached(self, cache: _core.EmbeddingCache, texts: list[str]) -> tuple[bytes, int]:
         dim = self.dim

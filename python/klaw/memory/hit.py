@@ -20,7 +20,12 @@ class Hit:
 
     @property
     def citation(self) -> str:
-        """`memory/2026-02-24.md#L12-L30`, or just the source when it has no lines."""
+        """`memory/2026-02-24.md#L12-L30`, or just the source when it has no lines; a past
+        conversation's round: `chat:<chat id> 2026-02-24 msg <first id>…<last id>`."""
+        if self.source.startswith("chat:") and self.heading:
+            ids = self.heading.split()
+            span = ids[0] if len(ids) == 1 else f"{ids[0]}…{ids[-1]}"
+            return f"{self.source} {self.created_at[:10]} msg {span}"
         if self.start_line is None:
             return self.source
         return f"{self.source}#L{self.start_line}-L{self.end_line}"

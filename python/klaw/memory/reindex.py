@@ -29,6 +29,7 @@ class ReindexReport:
     files: int = 0
     chunks: int = 0
     saved_facts: int = 0
+    conversation_chunks: int = 0
     skipped: list[tuple[str, int, str]] = field(default_factory=list)
     skipped_count: int = 0
     seconds: float = 0.0

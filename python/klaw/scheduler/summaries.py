@@ -115,6 +115,7 @@ class Summarizer:
         # two messages, so with n uncovered the next (every - n) / 2 - 1 cannot reach
         # `every` (the check reads up to 400 rows: not on every reply on a Pi).
         self._skip: dict[str, int] = {}
+        self._again: set[str] = set()  # chats with a turn while their summary ran
 
     @property
     def every(self) -> int:
@@ -122,14 +123,25 @@ class Summarizer:
 
     def after_turn(self, chat_id: str) -> None:
         """Called by the pipeline after each reply: summarize once enough is new."""
-        if self._closed or chat_id.startswith("scheduler_") or chat_id in self._running:
+        if self._closed or chat_id.startswith("scheduler_"):
+            return
+        if chat_id in self._running:
+            # Checked again when the running summary is done (indexing it can take a
+            # while): a turn meanwhile must not go uncounted until the chat's next one.
+            self._again.add(chat_id)
             return
         if self._skip.get(chat_id, 0) > 0:
             self._skip[chat_id] -= 1
             return
         task = asyncio.get_running_loop().create_task(self._guarded(chat_id, self.every))
         self._running[chat_id] = task
-        task.add_done_callback(lambda _t: self._running.pop(chat_id, None))
+        task.add_done_callback(lambda _t: self._done(chat_id))
+
+    def _done(self, chat_id: str) -> None:
+        self._running.pop(chat_id, None)
+        if chat_id in self._again:
+            self._again.discard(chat_id)
+            self.after_turn(chat_id)
 
     async def run_all(self) -> int:
         """The nightly job: every chat with at least a few new messages; returns how

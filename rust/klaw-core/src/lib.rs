@@ -15,6 +15,7 @@ pub mod search;
 pub mod store;
 pub mod timeutil;
 pub mod tokens;
+pub mod unigram;
 pub mod vindex;
 
 pub use error::{CoreError, Result};

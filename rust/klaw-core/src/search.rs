@@ -1,34 +1,53 @@
-//! Reciprocal Rank Fusion of the vector and keyword candidate lists.
+//! Fusion of the vector and keyword candidate lists: a convex combination of min-max
+//! normalised scores (the default, docs/memory-eval.md) or weighted RRF, with an
+//! optional bonus for the newer candidates.
 
 use std::collections::HashMap;
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fusion {
+    /// score = wv·norm(cosine) + wk·norm(bm25), each min-max normalised over its list.
+    Convex,
+    /// score = Σ w / (k + rank): ranks only (wave 1).
+    Rrf,
+}
+
 #[derive(Clone, Debug)]
 pub struct FusionParams {
-    /// Candidates taken from each list (design: 20).
+    /// Candidates taken from each list.
     pub candidates: usize,
-    /// RRF constant k (design: 60).
+    pub fusion: Fusion,
+    /// RRF constant k.
     pub rrf_k: f64,
     pub vector_weight: f64,
     pub keyword_weight: f64,
+    /// Added to a candidate's score in proportion to how recent it is among the
+    /// candidates (0 = the oldest, `recency` = the newest): a changed fact's newer
+    /// value comes first. 0 turns it off (a query about the past).
+    pub recency: f64,
 }
 
 impl Default for FusionParams {
     fn default() -> Self {
         FusionParams {
             candidates: 20,
+            fusion: Fusion::Convex,
             rrf_k: 60.0,
-            vector_weight: 1.0,
-            keyword_weight: 1.0,
+            vector_weight: 0.7,
+            keyword_weight: 0.3,
+            recency: 0.0,
         }
     }
 }
 
 /// The hybrid search every index uses (archival memory and the docs): int8 vector
-/// candidates rescored exactly, BM25 candidates from tantivy, fused by weighted RRF.
-/// `vector` and `keyword` each return up to `want` (id, score) best first.
+/// candidates rescored exactly, BM25 candidates from tantivy, fused by `p.fusion`.
+/// `vector` and `keyword` each return up to `want` (id, score) best first; `created`
+/// gives a candidate's time (for `p.recency`).
 pub fn hybrid(
     vector: impl FnOnce(usize) -> crate::Result<Vec<(i64, f32)>>,
     keyword: impl FnOnce(usize) -> crate::Result<Vec<(i64, f32)>>,
+    created: impl Fn(i64) -> Option<i64>,
     p: &FusionParams,
     top_k: usize,
 ) -> crate::Result<Vec<(i64, f64)>> {
@@ -38,7 +57,63 @@ pub fn hybrid(
     let want = p.candidates.max(top_k);
     let v = vector(want)?;
     let k = keyword(want)?;
-    Ok(rrf(&v, &k, p, top_k))
+    let mut scores = match p.fusion {
+        Fusion::Convex => convex(&v, &k, p),
+        Fusion::Rrf => rrf_scores(&v, &k, p),
+    };
+    if p.recency > 0.0 {
+        add_recency(&mut scores, created, p.recency);
+    }
+    Ok(best(scores, top_k))
+}
+
+fn best(scores: HashMap<i64, f64>, top_k: usize) -> Vec<(i64, f64)> {
+    let mut out: Vec<(i64, f64)> = scores.into_iter().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out.truncate(top_k);
+    out
+}
+
+fn add_recency(scores: &mut HashMap<i64, f64>, created: impl Fn(i64) -> Option<i64>, weight: f64) {
+    let when: Vec<(i64, i64)> = scores
+        .keys()
+        .filter_map(|&id| created(id).map(|t| (id, t)))
+        .collect();
+    let lo = when.iter().map(|w| w.1).min().unwrap_or(0);
+    let hi = when.iter().map(|w| w.1).max().unwrap_or(0);
+    if hi <= lo {
+        return;
+    }
+    for (id, t) in when {
+        if let Some(s) = scores.get_mut(&id) {
+            *s += weight * (t - lo) as f64 / (hi - lo) as f64;
+        }
+    }
+}
+
+/// Min-max normalised: the list's best is 1 and its worst 0 (a single hit is 1).
+fn minmax(list: &[(i64, f32)]) -> impl Iterator<Item = (i64, f64)> + '_ {
+    let lo = list.iter().map(|x| x.1).fold(f32::INFINITY, f32::min);
+    let hi = list.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max);
+    list.iter().map(move |&(id, x)| {
+        let n = if hi > lo { (x - lo) / (hi - lo) } else { 1.0 };
+        (id, f64::from(n))
+    })
+}
+
+/// score(d) = wv·norm_v(d) + wk·norm_k(d); a list that does not hold d adds 0.
+pub fn convex(
+    vector: &[(i64, f32)],
+    keyword: &[(i64, f32)],
+    p: &FusionParams,
+) -> HashMap<i64, f64> {
+    let mut scores: HashMap<i64, f64> = HashMap::new();
+    for (list, w) in [(vector, p.vector_weight), (keyword, p.keyword_weight)] {
+        for (id, n) in minmax(list) {
+            *scores.entry(id).or_insert(0.0) += w * n;
+        }
+    }
+    scores
 }
 
 /// Rescores int8 candidates with exact float dot products (`exact` gives a vector's
@@ -62,23 +137,29 @@ pub fn int8_candidates(k: usize) -> usize {
     (k * 4).max(40)
 }
 
-/// score(d) = Σ w_i / (k + rank_i(d)), ranks from 1; ties broken by id for stability.
-pub fn rrf(
+/// score(d) = Σ w_i / (k + rank_i(d)), ranks from 1.
+fn rrf_scores(
     vector: &[(i64, f32)],
     keyword: &[(i64, f32)],
     p: &FusionParams,
-    top_k: usize,
-) -> Vec<(i64, f64)> {
+) -> HashMap<i64, f64> {
     let mut scores: HashMap<i64, f64> = HashMap::new();
     for (list, w) in [(vector, p.vector_weight), (keyword, p.keyword_weight)] {
         for (rank, (id, _)) in list.iter().enumerate() {
             *scores.entry(*id).or_insert(0.0) += w / (p.rrf_k + (rank + 1) as f64);
         }
     }
-    let mut out: Vec<(i64, f64)> = scores.into_iter().collect();
-    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    out.truncate(top_k);
-    out
+    scores
+}
+
+/// Weighted RRF, best first, ties broken by id for stability.
+pub fn rrf(
+    vector: &[(i64, f32)],
+    keyword: &[(i64, f32)],
+    p: &FusionParams,
+    top_k: usize,
+) -> Vec<(i64, f64)> {
+    best(rrf_scores(vector, keyword, p), top_k)
 }
 
 #[cfg(test)]
@@ -86,8 +167,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_lists_rank_higher_and_k_is_used() {
+    fn convex_normalises_each_list_and_weights_them() {
         let p = FusionParams::default();
+        // Vector: 1 best, 3 worst; keyword: only 3 (so it is that list's best).
+        let v = [(1, 0.9), (2, 0.8), (3, 0.7)];
+        let k = [(3, 7.5)];
+        let fused = convex(&v, &k, &p);
+        assert!((fused[&1] - 0.7).abs() < 1e-9);
+        assert!((fused[&2] - 0.35).abs() < 1e-6);
+        assert!((fused[&3] - 0.3).abs() < 1e-9);
+        // Recency lifts the newest candidate by the full weight, the oldest by none.
+        let recent = FusionParams {
+            recency: 0.5,
+            ..p.clone()
+        };
+        let ranked = hybrid(
+            |_| Ok(v.to_vec()),
+            |_| Ok(k.to_vec()),
+            |id| Some(id * 100),
+            &recent,
+            3,
+        )
+        .unwrap();
+        assert_eq!(ranked[0].0, 3);
+        assert!((ranked[0].1 - 0.8).abs() < 1e-9 && (ranked[1].1 - 0.7).abs() < 1e-9);
+        // Without dates (or one date for all), recency changes nothing.
+        let same = hybrid(
+            |_| Ok(v.to_vec()),
+            |_| Ok(k.to_vec()),
+            |_| Some(5),
+            &recent,
+            3,
+        )
+        .unwrap();
+        assert_eq!(same[0].0, 1);
+    }
+
+    #[test]
+    fn both_lists_rank_higher_and_k_is_used() {
+        let p = FusionParams {
+            fusion: Fusion::Rrf,
+            vector_weight: 1.0,
+            keyword_weight: 1.0,
+            ..FusionParams::default()
+        };
         let v = [(1, 0.9), (2, 0.8)];
         let k = [(2, 5.0), (3, 4.0)];
         let r = rrf(&v, &k, &p, 10);

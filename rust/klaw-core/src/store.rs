@@ -121,11 +121,18 @@ impl Inner {
     }
 }
 
+/// Sources of conversation chunks start with this (`chat:<chat id>`): they are only
+/// searched when asked for by their exact source, so one chat never sees another's.
+pub const CHAT_SOURCE_PREFIX: &str = "chat:";
+
 /// The int8 vector index with each chunk's date and source (interned).
 struct MemIndex {
     vindex: VectorIndex,
     sources: Vec<String>,
     source_ids: HashMap<String, u32>,
+    /// Per interned source: is it a conversation (`chat:`) source.
+    chat: Vec<bool>,
+    has_chats: bool,
 }
 
 impl MemIndex {
@@ -136,16 +143,30 @@ impl MemIndex {
         let i = self.sources.len() as u32;
         self.sources.push(source.to_string());
         self.source_ids.insert(source.to_string(), i);
+        let chat = source.starts_with(CHAT_SOURCE_PREFIX);
+        self.chat.push(chat);
+        self.has_chats |= chat;
         i
     }
 
+    /// Whether a search with `f` must look at each candidate's metadata.
+    fn filters(&self, f: &Filter) -> bool {
+        !f.is_empty() || self.has_chats
+    }
+
     fn allows(&self, id: i64, f: &Filter, source: Option<u32>) -> bool {
-        let Some((created, src)) = self.vindex.meta(id) else {
-            return false;
-        };
+        self.vindex
+            .meta(id)
+            .is_some_and(|(created, src)| self.allows_meta(created, src, f, source))
+    }
+
+    fn allows_meta(&self, created: i64, src: u32, f: &Filter, source: Option<u32>) -> bool {
         f.since.is_none_or(|s| created >= s)
             && f.until.is_none_or(|u| created <= u)
-            && (f.source.is_none() || Some(src) == source)
+            && match f.source {
+                None => !self.chat.get(src as usize).copied().unwrap_or(false),
+                Some(_) => Some(src) == source,
+            }
     }
 }
 
@@ -230,6 +251,8 @@ impl Store {
                 vindex: VectorIndex::new(dim),
                 sources: Vec::new(),
                 source_ids: HashMap::new(),
+                chat: Vec::new(),
+                has_chats: false,
             }),
             keyword,
             docs: RwLock::new(None),
@@ -580,7 +603,8 @@ impl Store {
             if f.source.is_some() && src.is_none() {
                 return Ok(Vec::new());
             }
-            let allow = |id: i64| f.is_empty() || mem.allows(id, f, src);
+            let check = mem.filters(f);
+            let allow = |created: i64, s: u32| !check || mem.allows_meta(created, s, f, src);
             mem.vindex
                 .search(query, int8_candidates(k), self.threads, &allow)
         };
@@ -593,7 +617,7 @@ impl Store {
     }
 
     fn keyword_ids(inner: &Inner, text: &str, k: usize, f: &Filter) -> Result<Vec<(i64, f32)>> {
-        if f.is_empty() {
+        if !inner.mem()?.filters(f) {
             return inner.keyword.search(text, k);
         }
         let src = Self::source_filter(&*inner.mem()?, f);
@@ -646,7 +670,7 @@ impl Store {
         })
     }
 
-    /// Hybrid search: vector and keyword candidates fused by weighted RRF.
+    /// Hybrid search: vector and keyword candidates fused (`FusionParams`).
     pub fn search(
         &self,
         query_vec: Option<&[f32]>,
@@ -662,6 +686,12 @@ impl Store {
                     None => Ok(Vec::new()),
                 },
                 |want| Self::keyword_ids(inner, query_text, want, f),
+                |id| {
+                    inner
+                        .mem()
+                        .ok()
+                        .and_then(|m| m.vindex.meta(id).map(|x| x.0))
+                },
                 p,
                 top_k,
             )?;
@@ -752,6 +782,42 @@ impl Store {
                 .query_map(params![chat_id, since.unwrap_or(""), limit as i64], row_to_message)?
                 .collect::<rusqlite::Result<_>>()?;
             rows.reverse();
+            Ok(rows)
+        })
+    }
+
+    /// Messages of `chat_id` stored after row `after` (rowid order = log order), with
+    /// their rowids: what the conversation index has not seen yet.
+    pub fn messages_after(
+        &self,
+        chat_id: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, MessageRow)>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            let mut st = r.prepare_cached(
+                "SELECT id, channel, chat_id, role, type, content, metadata, created_at, rowid \
+                 FROM messages WHERE chat_id = ?1 AND rowid > ?2 ORDER BY rowid LIMIT ?3",
+            )?;
+            let rows = st
+                .query_map(params![chat_id, after, limit as i64], |r| {
+                    Ok((r.get::<_, i64>(8)?, row_to_message(r)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
+        })
+    }
+
+    /// Every chat with its newest message's rowid.
+    pub fn chat_heads(&self) -> Result<Vec<(String, i64)>> {
+        self.read(|inner| {
+            let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
+            let mut st =
+                r.prepare_cached("SELECT chat_id, MAX(rowid) FROM messages GROUP BY chat_id")?;
+            let rows = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
             Ok(rows)
         })
     }

@@ -242,12 +242,11 @@ impl VectorIndex {
         q: &[i8],
         range: std::ops::Range<usize>,
         k: usize,
-        allow: &(dyn Fn(i64) -> bool + Sync),
+        allow: &(dyn Fn(i64, u32) -> bool + Sync),
     ) -> Vec<(f32, usize)> {
         let mut top = TopK::new(k);
         for s in range {
-            let id = self.ids[s];
-            if !allow(id) {
+            if !allow(self.created[s], self.sources[s]) {
                 continue;
             }
             let d = dot_i8(q, &self.codes[s * self.dim..(s + 1) * self.dim]);
@@ -263,12 +262,11 @@ impl VectorIndex {
         q: &[i8],
         range: std::ops::Range<usize>,
         k: usize,
-        allow: &(dyn Fn(i64) -> bool + Sync),
+        allow: &(dyn Fn(i64, u32) -> bool + Sync),
     ) -> Vec<(f32, usize)> {
         let mut top = TopK::new(k);
         for s in range {
-            let id = self.ids[s];
-            if !allow(id) {
+            if !allow(self.created[s], self.sources[s]) {
                 continue;
             }
             // SAFETY: AVX2 is enabled on this function; both slices have `dim` items.
@@ -283,7 +281,7 @@ impl VectorIndex {
         q: &[i8],
         range: std::ops::Range<usize>,
         k: usize,
-        allow: &(dyn Fn(i64) -> bool + Sync),
+        allow: &(dyn Fn(i64, u32) -> bool + Sync),
     ) -> Vec<(f32, usize)> {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
@@ -293,14 +291,15 @@ impl VectorIndex {
         self.scan_range(q, range, k, allow)
     }
 
-    /// Approximate top-`k` ids by int8 dot product, best first. `allow` filters ids.
+    /// Approximate top-`k` ids by int8 dot product, best first. `allow` filters by each
+    /// vector's (created, source), read from the slot without a hash lookup.
     /// Splits the scan over `threads` threads when the index is large.
     pub fn search(
         &self,
         query: &[f32],
         k: usize,
         threads: usize,
-        allow: &(dyn Fn(i64) -> bool + Sync),
+        allow: &(dyn Fn(i64, u32) -> bool + Sync),
     ) -> Vec<(i64, f32)> {
         if self.ids.is_empty() || k == 0 || query.len() != self.dim {
             return Vec::new();
@@ -362,16 +361,21 @@ mod tests {
         for i in 0..500 {
             ix.upsert(i, &unit(i as u64, 64));
         }
-        let r = ix.search(&unit(42, 64), 5, 1, &|_| true);
+        let r = ix.search(&unit(42, 64), 5, 1, &|_, _| true);
         assert_eq!(r[0].0, 42);
         assert!((r[0].1 - 1.0).abs() < 0.02);
         assert!(ix.remove(42));
         assert!(!ix.remove(42));
-        let r = ix.search(&unit(42, 64), 5, 2, &|_| true);
+        let r = ix.search(&unit(42, 64), 5, 2, &|_, _| true);
         assert!(r.iter().all(|x| x.0 != 42));
         assert_eq!(ix.len(), 499);
-        let r = ix.search(&unit(7, 64), 3, 1, &|id| id % 2 == 0);
-        assert!(r.iter().all(|x| x.0 % 2 == 0));
+        for i in 0..500 {
+            ix.set_meta(i, i, (i % 2) as u32);
+        }
+        let r = ix.search(&unit(7, 64), 3, 1, &|created, src| {
+            src == 0 && created < 100
+        });
+        assert!(r.iter().all(|x| x.0 % 2 == 0 && x.0 < 100));
     }
 
     #[test]
@@ -399,8 +403,8 @@ mod tests {
         }
         let q = unit(99_999, 32);
         assert_eq!(
-            ix.search(&q, 10, 1, &|_| true),
-            ix.search(&q, 10, 2, &|_| true)
+            ix.search(&q, 10, 1, &|_, _| true),
+            ix.search(&q, 10, 2, &|_, _| true)
         );
     }
 }

@@ -22,7 +22,9 @@ pub struct PyEmbedder {
 impl PyEmbedder {
     #[new]
     #[pyo3(signature = (model_path, tokenizer_path, ort_library = None, threads = 1,
-                        max_length = 256, max_batch_tokens = 0))]
+                        max_length = 256, max_batch_tokens = 0, windows = true,
+                        query_prefix = String::new(), passage_prefix = String::new()))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         model_path: PathBuf,
@@ -31,10 +33,16 @@ impl PyEmbedder {
         threads: usize,
         max_length: usize,
         max_batch_tokens: usize,
+        windows: bool,
+        query_prefix: String,
+        passage_prefix: String,
     ) -> PyResult<Self> {
         let cfg = EmbedderConfig {
             threads,
             max_length,
+            windows,
+            query_prefix,
+            passage_prefix,
             max_batch_tokens,
         };
         let inner = py
@@ -61,6 +69,18 @@ impl PyEmbedder {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let v = py
             .detach(|| self.inner.embed_batch(&texts))
+            .map_err(to_py)?;
+        Ok(PyBytes::new(py, &klaw_core::store::f32_bytes(&v)))
+    }
+
+    /// Search queries → float32 bytes (the model's query prefix applied).
+    fn embed_queries<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let v = py
+            .detach(|| self.inner.embed_queries(&texts))
             .map_err(to_py)?;
         Ok(PyBytes::new(py, &klaw_core::store::f32_bytes(&v)))
     }

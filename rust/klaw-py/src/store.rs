@@ -2,7 +2,7 @@
 
 use crate::docs::{doc_chunks, DocTuple, PyDocHit};
 use crate::errors::to_py;
-use klaw_core::search::FusionParams;
+use klaw_core::search::{Fusion, FusionParams};
 use klaw_core::store::{FileState, Filter, MessageRow, NewChunk, Store};
 use klaw_core::timeutil::parse_iso;
 use klaw_core::CoreError;
@@ -332,7 +332,8 @@ impl PyStore {
 
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (query_vec, query_text, top_k = 10, candidates = 20, rrf_k = 60.0,
-                        vector_weight = 1.0, keyword_weight = 1.0, since = None, until = None, source = None))]
+                        vector_weight = 0.7, keyword_weight = 0.3, since = None, until = None,
+                        source = None, fusion = "convex", recency = 0.0))]
     fn search(
         &self,
         py: Python<'_>,
@@ -346,6 +347,8 @@ impl PyStore {
         since: Option<String>,
         until: Option<String>,
         source: Option<String>,
+        fusion: &str,
+        recency: f64,
     ) -> PyResult<Vec<PyHit>> {
         let q = query_vec.map(floats).transpose()?;
         let f = Filter {
@@ -355,9 +358,11 @@ impl PyStore {
         };
         let p = FusionParams {
             candidates: candidates.max(top_k),
+            fusion: fusion_named(fusion)?,
             rrf_k,
             vector_weight,
             keyword_weight,
+            recency,
         };
         let hits = py
             .detach(|| self.inner.search(q.as_deref(), &query_text, top_k, &p, &f))
@@ -446,6 +451,27 @@ impl PyStore {
             })
             .map_err(to_py)?;
         Ok(rows.into_iter().map(PyMessage::from).collect())
+    }
+
+    #[pyo3(signature = (chat_id, after = 0, limit = 500))]
+    fn messages_after(
+        &self,
+        py: Python<'_>,
+        chat_id: String,
+        after: i64,
+        limit: usize,
+    ) -> PyResult<Vec<(i64, PyMessage)>> {
+        let rows = py
+            .detach(|| self.inner.messages_after(&chat_id, after, limit))
+            .map_err(to_py)?;
+        Ok(rows
+            .into_iter()
+            .map(|(rowid, m)| (rowid, PyMessage::from(m)))
+            .collect())
+    }
+
+    fn chat_heads(&self, py: Python<'_>) -> PyResult<Vec<(String, i64)>> {
+        py.detach(|| self.inner.chat_heads()).map_err(to_py)
     }
 
     #[pyo3(signature = (query, limit = 20))]
@@ -544,7 +570,7 @@ impl PyStore {
 
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (query_vec, query_text, top_k = 5, candidates = 20, rrf_k = 60.0,
-                        vector_weight = 1.0, keyword_weight = 1.0))]
+                        vector_weight = 0.7, keyword_weight = 0.3, fusion = "convex"))]
     fn search_docs(
         &self,
         py: Python<'_>,
@@ -555,13 +581,16 @@ impl PyStore {
         rrf_k: f64,
         vector_weight: f64,
         keyword_weight: f64,
+        fusion: &str,
     ) -> PyResult<Vec<PyDocHit>> {
         let q = query_vec.map(floats).transpose()?;
         let p = FusionParams {
             candidates: candidates.max(top_k),
+            fusion: fusion_named(fusion)?,
             rrf_k,
             vector_weight,
             keyword_weight,
+            recency: 0.0,
         };
         let hits = py
             .detach(|| self.inner.search_docs(q.as_deref(), &query_text, top_k, &p))
@@ -608,4 +637,14 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(unpack_f32, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     Ok(())
+}
+
+fn fusion_named(name: &str) -> PyResult<Fusion> {
+    match name {
+        "convex" => Ok(Fusion::Convex),
+        "rrf" => Ok(Fusion::Rrf),
+        other => Err(to_py(klaw_core::CoreError::InvalidInput(format!(
+            "fusion must be convex or rrf, got {other:?}"
+        )))),
+    }
 }

@@ -56,7 +56,7 @@ impl DocsIndex {
     }
 
     fn vector_ids(&self, q: &[f32], k: usize) -> Result<Vec<(i64, f32)>> {
-        let cands = self.vindex.search(q, int8_candidates(k), 1, &|_| true);
+        let cands = self.vindex.search(q, int8_candidates(k), 1, &|_, _| true);
         rescore(cands, k, |id| {
             Ok(self
                 .exact
@@ -186,6 +186,7 @@ impl Store {
                     None => Ok(Vec::new()),
                 },
                 |want| ix.keyword.search(query_text, want),
+                |_| None, // docs have no dates that matter
                 p,
                 top_k,
             )?;

@@ -1,0 +1,562 @@
+"""Memory retrieval quality on the dev sets: each leg (vector, keyword) and each fusion.
+
+Run: python benches/eval_memory.py [--models multilingual-e5-small,all-MiniLM-L6-v2]
+     [--sets multilingual,crosslingual,personal,longmemeval] [--grid] [--json out.json]
+(`make eval` runs the defaults and prints one table; docs/memory-eval.md keeps results.)
+
+Sets (tests/data, each documented in its README):
+- multilingual: 351 en/ru/zh notes, 160 queries; a hit is a chunk of a relevant note.
+- crosslingual: the same notes, 60 queries in another language than their notes.
+- personal: a workspace (MEMORY.md + daily logs) indexed as Klaw indexes it; a hit is a
+  chunk of the named file that contains the named passage. `update` queries also say
+  which older passages went stale: "newest first" counts the queries whose new value
+  ranks above every stale one.
+- longmemeval: 50 LongMemEval_S questions, each with its own haystack of ~50 chat
+  sessions, indexed as Klaw indexes conversations (user+assistant rounds); scored at
+  session level as the paper's code does (R_all@5: every evidence session in the top 5
+  sessions; NDCG@10 over sessions), on the questions it scores. Its files are not in the
+  repo (tests/data/longmemeval/README.md says why and where they come from): they are
+  read from $KLAW_EVAL_CACHE/longmemeval and the set is skipped when they are absent.
+
+Every store is real (`_core.Store` in a temp dir); vectors come from the real model
+through an embedding cache kept outside the clone, so a second run embeds nothing.
+Metrics over ranked units (chunks; sessions for longmemeval): hit@5 (a relevant item in
+the top 5), R_all@5 (all of them), R@10 (share of relevant items in the top 10), MRR@10,
+NDCG@10 (binary gains). Legs take `candidates` from each list; fusions are computed here and
+the one Klaw ships is also run through `Store.search` to check they agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from klaw import _core
+from klaw.config import EngineConfig
+from klaw.memory.api import load_backend
+from klaw.memory.embedding import EmbeddingBackend
+from klaw.paths import KlawPaths
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+CACHE = Path(os.environ.get("KLAW_EVAL_CACHE", Path.home() / ".cache" / "klaw-eval"))
+MODELS = ("multilingual-e5-small", "all-MiniLM-L6-v2")
+SETS = ("multilingual", "crosslingual", "personal", "longmemeval")
+CANDIDATES = 20
+TOP = 10
+
+
+# --- data ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Doc:
+    """One text to index: a note, a workspace file or a conversation round."""
+
+    source: str
+    text: str
+    created_at: str = "2026-01-01T00:00:00Z"
+    chunked: bool = True  # Markdown through the chunker; False = one chunk as is
+
+
+@dataclass(frozen=True)
+class Rel:
+    """A relevant item: chunks of `source` (containing `contains`, when given)."""
+
+    source: str
+    contains: str | None = None
+
+    def matches(self, hit: _core.Hit) -> bool:
+        return hit.source == self.source and (self.contains is None or self.contains in hit.content)
+
+
+@dataclass(frozen=True)
+class Query:
+    id: str
+    text: str
+    lang: str
+    kind: str
+    relevant: tuple[Rel, ...]
+    stale: tuple[Rel, ...] = ()
+    group: str = ""  # queries of one group share one store (LongMemEval: one haystack each)
+    by_source: bool = False  # rank sources (sessions), not chunks
+    newest: tuple[Rel, ...] = ()  # for "newest first" when not all of `relevant` is new
+
+
+@dataclass
+class DevSet:
+    name: str
+    docs: dict[str, list[Doc]]  # group -> documents
+    queries: list[Query]
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _first(*paths: Path) -> Path | None:
+    return next((p for p in paths if p.is_file()), None)
+
+
+def load_multilingual(cross: bool) -> DevSet | None:
+    base = DATA / "multilingual"
+    qfile = base / ("crosslingual.jsonl" if cross else "queries.jsonl")
+    if not qfile.is_file():
+        return None
+    docs = [Doc(n["id"], n["text"]) for n in _jsonl(base / "notes.jsonl")]
+    queries = [
+        Query(q["id"], q["query"], q["lang"], q["kind"], tuple(Rel(r) for r in q["relevant"]))
+        for q in _jsonl(qfile)
+    ]
+    return DevSet("crosslingual" if cross else "multilingual", {"": docs}, queries)
+
+
+def load_personal() -> DevSet | None:
+    base = DATA / "personal"
+    if not (base / "queries.jsonl").is_file():
+        return None
+    ws = base / "workspace"
+    docs = []
+    for path in sorted([ws / "MEMORY.md", *sorted((ws / "memory").glob("*.md"))]):
+        label = path.relative_to(ws).as_posix()
+        stem = path.stem
+        created = f"{stem}T00:00:00Z" if stem[:4].isdigit() else "2026-11-20T00:00:00Z"
+        docs.append(Doc(label, path.read_text(encoding="utf-8"), created))
+
+    def rels(items: Iterable[dict[str, Any]]) -> tuple[Rel, ...]:
+        return tuple(Rel(r["file"], r.get("contains")) for r in items)
+
+    queries = [
+        Query(
+            q["id"], q["query"], q["lang"], q["kind"], rels(q["relevant"]), rels(q.get("stale", []))
+        )
+        for q in _jsonl(base / "queries.jsonl")
+    ]
+    return DevSet("personal", {"": docs}, queries)
+
+
+def round_texts(turns: Sequence[dict[str, Any]]) -> list[str]:
+    """A session's rounds as Klaw indexes a chat: a user turn with the replies after it."""
+    rounds: list[list[str]] = []
+    for t in turns:
+        if t["role"] == "user" or not rounds:
+            rounds.append([])
+        rounds[-1].append(f"{t['role']}: {t['content']}")
+    return ["\n".join(r) for r in rounds]
+
+
+def load_longmemeval() -> DevSet | None:
+    base = CACHE / "longmemeval"
+    sfile = _first(base / "sessions.jsonl.gz", base / "sessions.jsonl")
+    if sfile is None or not (base / "questions.jsonl").is_file():
+        return None
+    sessions = {s["id"]: s for s in _jsonl(sfile)}
+    docs: dict[str, list[Doc]] = {}
+    queries = []
+    for q in _jsonl(base / "questions.jsonl"):
+        if not q.get("paper_scored"):
+            continue  # abstention, or evidence only on the assistant side (as the paper)
+        group = q["id"]
+        docs[group] = [
+            Doc(sid, text, _iso(when), chunked=True)
+            for sid, when in zip(q["haystack"], q["haystack_dates"], strict=True)
+            for text in round_texts(sessions[sid]["turns"])
+        ]
+        rel = tuple(Rel(s) for s in q["paper_relevant_session_ids"])
+        stale: tuple[Rel, ...] = ()
+        newest: tuple[Rel, ...] = ()
+        if q["type"] == "knowledge-update" and len(rel) > 1:
+            # All evidence sessions count for the paper's metrics; "newest first" asks
+            # whether the latest one (the updated value) outranks the older ones.
+            newest = (Rel(q["latest_answer_session_id"]),)
+            stale = tuple(r for r in rel if r not in newest)
+        queries.append(
+            Query(q["id"], q["question"], "en", q["type"], rel, stale, group, True, newest)
+        )
+    return DevSet("longmemeval", docs, queries)
+
+
+def _iso(value: str) -> str:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).isoformat()
+    except ValueError:
+        return "2023-01-01T00:00:00+00:00"
+
+
+LOADERS: dict[str, Callable[[], DevSet | None]] = {
+    "multilingual": lambda: load_multilingual(False),
+    "crosslingual": lambda: load_multilingual(True),
+    "personal": load_personal,
+    "longmemeval": load_longmemeval,
+}
+
+
+# --- indexing --------------------------------------------------------------
+
+
+class Index:
+    """One real store holding a group's documents, embedded through the eval cache."""
+
+    def __init__(self, backend: EmbeddingBackend, cache: _core.EmbeddingCache, tmp: Path) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.store = _core.Store(str(tmp / "klaw.db"), dim=backend.dim, threads=1)
+
+    def add(self, docs: Sequence[Doc], size: int = 400, overlap: int = 80) -> None:
+        for d in docs:
+            if d.chunked:
+                pieces = [
+                    (c.text, c.start_line, c.end_line, " > ".join(c.heading_path) or None)
+                    for c in _core.chunk_markdown(d.text, size, overlap)
+                ]
+            else:
+                pieces = [(d.text, None, None, None)]
+            if not pieces:
+                continue
+            texts = [p[0] for p in pieces]
+            vecs, _ = self.backend.embed_cached(self.cache, texts)
+            hashes = _core.text_hashes(texts)
+            tuples = [(*p, h) for p, h in zip(pieces, hashes, strict=True)]
+            self.store.add_chunks(d.source, None, d.created_at, tuples, vecs)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+# --- fusion ----------------------------------------------------------------
+
+Ranked = list[tuple[int, float]]
+
+
+def rrf(v: Ranked, k: Ranked, rrf_k: float = 60.0, wv: float = 1.0, wk: float = 1.0) -> list[int]:
+    s: dict[int, float] = defaultdict(float)
+    for lst, w in ((v, wv), (k, wk)):
+        for rank, (i, _) in enumerate(lst):
+            s[i] += w / (rrf_k + rank + 1)
+    return sorted(s, key=lambda i: (-s[i], i))
+
+
+def _norm(lst: Ranked, how: str) -> dict[int, float]:
+    if not lst:
+        return {}
+    xs = [x for _, x in lst]
+    if how == "minmax":
+        lo, hi = min(xs), max(xs)
+        return {i: (x - lo) / (hi - lo) if hi > lo else 1.0 for i, x in lst}
+    mu = statistics.fmean(xs)
+    sd = statistics.pstdev(xs) or 1.0
+    if how == "dbsf":  # distribution-based: mean ± 3σ mapped to 0..1
+        lo, hi = mu - 3 * sd, mu + 3 * sd
+        return {i: (x - lo) / (hi - lo) for i, x in lst}
+    return {i: (x - mu) / sd for i, x in lst}  # z
+
+
+def convex(
+    v: Ranked,
+    k: Ranked,
+    alpha: float = 0.5,
+    how: str = "minmax",
+    days: dict[int, float] | None = None,
+    gamma: float = 0.0,
+) -> list[int]:
+    """alpha·vector + (1-alpha)·keyword over normalised scores; a missing leg adds 0
+    (its floor: min-max and dbsf start at 0, z-scores at the list's lowest). With
+    `gamma`, + gamma·(how recent among the candidates, 0..1)."""
+    nv, nk = _norm(v, how), _norm(k, how)
+    floor_v = min(nv.values(), default=0.0) if how == "z" else 0.0
+    floor_k = min(nk.values(), default=0.0) if how == "z" else 0.0
+    ids = set(nv) | set(nk)
+    s = {i: alpha * nv.get(i, floor_v) + (1 - alpha) * nk.get(i, floor_k) for i in ids}
+    if gamma and days:
+        lo, hi = min(days[i] for i in ids), max(days[i] for i in ids)
+        if hi > lo:
+            for i in ids:
+                s[i] += gamma * (days[i] - lo) / (hi - lo)
+    return sorted(s, key=lambda i: (-s[i], i))
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    rank: Callable[[Ranked, Ranked], list[int]]
+    candidates: int = CANDIDATES
+    post: Callable[[list[_core.Hit], Query, Callable[[str], Any]], list[_core.Hit]] | None = None
+
+
+_PAST = re.compile(
+    r"\b(used to|before|previous|old|former|originally)\b|раньше|прежн|стар|以前|之前|原来"
+)
+
+
+def supersede(
+    hits: list[_core.Hit], q: Query, vec: Callable[[str], Any], theta: float
+) -> list[_core.Hit]:
+    """Among the top 10, a chunk that says nearly the same as a higher-ranked older one
+    (cosine >= theta) and is newer moves above it: the newer value of an updated fact
+    first, unless the query asks about the past."""
+    if _PAST.search(q.text.lower()):
+        return hits
+    top, rest = list(hits[:TOP]), list(hits[TOP:])
+    vs = [vec(h.content) for h in top]
+    order = list(range(len(top)))
+    p = 0
+    while p < len(order):
+        a = order[p]
+        for r in range(p + 1, len(order)):
+            b = order[r]
+            if top[b].created_at[:10] > top[a].created_at[:10] and float(vs[a] @ vs[b]) >= theta:
+                order.insert(p, order.pop(r))
+                break
+        else:
+            p += 1
+    return [top[i] for i in order] + rest
+
+
+#: The name of the setup that runs Klaw's own `Store.search` with engine.yaml defaults.
+SHIPPED = "klaw (Store.search, defaults)"
+
+
+def setups(grid: bool) -> list[Setup]:
+    out = [
+        Setup("vector", lambda v, k: [i for i, _ in v]),
+        Setup("keyword", lambda v, k: [i for i, _ in k]),
+        Setup(SHIPPED, lambda v, k: []),
+        Setup("rrf k60 (wave 1)", rrf),
+    ]
+    out += [
+        Setup(f"convex {how} a={a}", lambda v, k, a=a, how=how: convex(v, k, a, how))
+        for how in ("minmax", "dbsf")
+        for a in ((0.3, 0.4, 0.5, 0.6, 0.7) if grid else (0.5,))
+    ]
+    if grid:
+        out += [
+            Setup(
+                f"rrf k{rk} wv{wv} wk{wk}", lambda v, k, rk=rk, wv=wv, wk=wk: rrf(v, k, rk, wv, wk)
+            )
+            for rk in (10.0, 60.0)
+            for wv, wk in ((1.0, 2.0), (2.0, 1.0))
+        ]
+        out += [replace(s, name=s.name + " c50", candidates=50) for s in out[3:6]]
+    out += [
+        Setup(
+            f"convex minmax a=0.7 + recency {g}",
+            lambda v, k, g=g: convex(v, k, 0.7, "minmax", _DAYS, g),
+        )
+        for g in (0.05, 0.1, 0.2)
+    ]
+    if grid:
+        base = next(s for s in out if s.name == "convex minmax a=0.7")
+        out += [
+            replace(
+                base,
+                name=f"{base.name} + newer first {theta}",
+                post=lambda h, q, v, t=theta: supersede(h, q, v, t),
+            )
+            for theta in (0.9, 0.95)
+        ]
+    return out
+
+
+#: Chunk id -> day number of its created_at, for the query being scored.
+_DAYS: dict[int, float] = {}
+
+
+# --- scoring ---------------------------------------------------------------
+
+
+def _units(hits: Sequence[_core.Hit], by_source: bool) -> list[list[_core.Hit]]:
+    """Ranked units: each chunk alone, or each source with all its chunks (first rank)."""
+    if not by_source:
+        return [[h] for h in hits]
+    order: dict[str, list[_core.Hit]] = {}
+    for h in hits:
+        order.setdefault(h.source, []).append(h)
+    return list(order.values())
+
+
+METRICS = ("hit@5", "R_all@5", "R@10", "MRR@10", "NDCG@10", "newest first")
+
+
+@dataclass
+class Scores:
+    values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, hits: Sequence[_core.Hit], q: Query) -> None:
+        units = _units(hits, q.by_source)[:TOP]
+
+        def rank_of(rels: Sequence[Rel]) -> list[int | None]:
+            return [
+                next((n for n, u in enumerate(units) if any(r.matches(h) for h in u)), None)
+                for r in rels
+            ]
+
+        ranks = rank_of(q.relevant)
+        hit_units = {
+            n for n, u in enumerate(units) if any(r.matches(h) for r in q.relevant for h in u)
+        }
+        first = min(hit_units, default=None)
+        v = self.values
+        v["hit@5"].append(float(first is not None and first < 5))
+        v["R_all@5"].append(float(all(r is not None and r < 5 for r in ranks)))
+        v["R@10"].append(sum(r is not None for r in ranks) / len(ranks))
+        v["MRR@10"].append(0.0 if first is None else 1.0 / (first + 1))
+        dcg = sum(1.0 / math.log2(n + 2) for n in hit_units)
+        ideal = sum(1.0 / math.log2(n + 2) for n in range(min(len(q.relevant), TOP)))
+        v["NDCG@10"].append(dcg / ideal)
+        if q.stale:
+            new = min((r for r in rank_of(q.newest) if r is not None), default=None)
+            new = first if not q.newest else new
+            stale = min((r for r in rank_of(q.stale) if r is not None), default=None)
+            v["newest first"].append(float(new is not None and (stale is None or new < stale)))
+
+    def row(self) -> dict[str, float]:
+        out = {m: statistics.fmean(self.values[m]) for m in METRICS if self.values.get(m)}
+        out["n"] = float(len(self.values["hit@5"]))
+        return out
+
+
+def shipped(store: _core.Store, qvec: bytes, text: str, model: str) -> list[_core.Hit]:
+    """What `Memory.search` runs, with engine.yaml's defaults (fusion, weights, recency)."""
+    from klaw.config import SearchConfig
+    from klaw.memory.timewords import asks_about_past
+    from klaw.models import model_spec
+
+    s = SearchConfig()
+    spec = model_spec(model)
+    return store.search(
+        qvec,
+        text,
+        top_k=2 * TOP,
+        candidates=s.candidates,
+        rrf_k=float(s.rrf_k),
+        vector_weight=spec.vector_weight,
+        keyword_weight=spec.keyword_weight,
+        fusion=s.fusion,
+        recency=0.0 if asks_about_past(text) else s.recency,
+    )
+
+
+def evaluate(
+    ds: DevSet,
+    backend: EmbeddingBackend,
+    cache: _core.EmbeddingCache,
+    all_setups: list[Setup],
+    model: str,
+) -> dict[str, dict[str, Scores]]:
+    """setup -> slice ("all", "lang:ru", "kind:update") -> scores."""
+    res: dict[str, dict[str, Scores]] = defaultdict(lambda: defaultdict(Scores))
+    by_group: dict[str, list[Query]] = defaultdict(list)
+    for q in ds.queries:
+        by_group[q.group].append(q)
+    import numpy as np
+
+    def vec(text: str) -> Any:
+        return np.frombuffer(backend.embed_cached(cache, [text])[0], dtype=np.float32)
+
+    for group, queries in by_group.items():
+        with tempfile.TemporaryDirectory(prefix="klaw-eval-") as tmp:
+            ix = Index(backend, cache, Path(tmp))
+            ix.add(ds.docs[group])
+            for q in queries:
+                qvec = backend.embed_query(q.text)
+                want = max(s.candidates for s in all_setups)
+                v = ix.store.vector_search(qvec, k=want)
+                k = ix.store.keyword_search(q.text, k=want)
+                _DAYS.clear()
+                for h in ix.store.get_chunks(list({i for i, _ in v} | {i for i, _ in k})):
+                    _DAYS[h.id] = datetime.fromisoformat(h.created_at).timestamp() / 86400
+                for s in all_setups:
+                    if s.name == SHIPPED:
+                        hits = shipped(ix.store, qvec, q.text, model)
+                        for key in ("all", f"lang:{q.lang}", f"kind:{q.kind}"):
+                            res[s.name][key].add(hits, q)
+                        continue
+                    ranked = s.rank(v[: s.candidates], k[: s.candidates])
+                    hits = ix.store.get_chunks(ranked)
+                    if s.post is not None:
+                        hits = s.post(hits, q, vec)
+                    for key in ("all", f"lang:{q.lang}", f"kind:{q.kind}"):
+                        res[s.name][key].add(hits, q)
+            ix.close()
+    return res
+
+
+def table(rows: list[tuple[str, str, str, dict[str, float]]]) -> str:
+    cols = [*METRICS, "n"]
+    out = [
+        "| set | model | setup | " + " | ".join(cols) + " |",
+        "|" + " --- |" * 3 + " ---: |" * len(cols),
+    ]
+    for ds, model, setup, r in rows:
+        cells = [
+            ("" if c not in r else f"{int(r[c])}" if c == "n" else f"{r[c]:.3f}") for c in cols
+        ]
+        out.append(f"| {ds} | {model} | {setup} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--grid", action="store_true", help="also the wider fusion grid")
+    ap.add_argument("--slices", action="store_true", help="also per language and kind")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads for embedding")
+    ap.add_argument(
+        "--long-texts",
+        choices=("windows", "truncate"),
+        default="windows",
+        help="embed every window of a long chunk (Klaw's default) or only the first",
+    )
+    a = ap.parse_args(argv)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cache = _core.EmbeddingCache(str(CACHE / "embeddings.db"))
+    all_setups = setups(a.grid)
+    rows: list[tuple[str, str, str, dict[str, float]]] = []
+    started = time.monotonic()
+    for model in a.models.split(","):
+        cfg = EngineConfig()
+        cfg.memory.embedding.model = model
+        cfg.memory.embedding.threads = a.threads
+        cfg.memory.embedding.long_texts = a.long_texts
+        label = model if a.long_texts == "windows" else f"{model} ({a.long_texts})"
+        backend = load_backend(cfg, KlawPaths.from_env())
+        for name in a.sets.split(","):
+            ds = LOADERS[name]()
+            if ds is None:
+                print(f"skipped {name}: its files are not in tests/data", file=sys.stderr)
+                continue
+            t0 = time.monotonic()
+            res = evaluate(ds, backend, cache, all_setups, model)
+            print(f"{name} / {label}: {time.monotonic() - t0:.0f} s", file=sys.stderr)
+            for s in all_setups:
+                for key, sc in sorted(res[s.name].items()):
+                    if key == "all" or a.slices:
+                        setup = s.name if key == "all" else f"{s.name} [{key}]"
+                        rows.append((name, label, setup, sc.row()))
+    print(table(rows))
+    print(f"\n{time.monotonic() - started:.0f} s, {datetime.now().date()}", file=sys.stderr)
+    if a.json:
+        a.json.write_text(json.dumps([list(r) for r in rows], indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
