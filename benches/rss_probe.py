@@ -19,7 +19,7 @@ def klaw(db: str) -> None:
     from klaw.paths import KlawPaths
 
     be = load_backend(load_engine_config(Path("/nonexistent")), KlawPaths.from_env())
-    store = _core.Store(db, dim=384)
+    store = _core.Store(db, dim=be.dim)
     for i in range(0, len(CHUNKS), 8):
         be.embed_batch(CHUNKS[i : i + 8])
     q = be.embed_query("dentist appointment")

@@ -94,7 +94,8 @@ def test_hybrid_baseline(benchmark: Any, baseline_db: Any, py_embed: Any) -> Non
 def _queries(data100k: Any, n: int = 50) -> np.ndarray:
     _, vecs = data100k
     rng = np.random.default_rng(11)
-    q = vecs[rng.integers(0, len(vecs), n)] + 0.3 * rng.standard_normal((n, 384)).astype(np.float32)
+    noise = rng.standard_normal((n, vecs.shape[1])).astype(np.float32)
+    q = vecs[rng.integers(0, len(vecs), n)] + 0.3 * noise
     return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 
 

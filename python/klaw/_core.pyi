@@ -141,7 +141,9 @@ class Session:
 
 @final
 class Store:
-    def __new__(cls, path: str | PathLike[str], dim: int = 384, threads: int = 2) -> Store: ...
+    def __new__(
+        cls, path: str | PathLike[str], dim: int | None = None, threads: int = 2
+    ) -> Store: ...
     @property
     def path(self) -> str: ...
     @property
@@ -186,6 +188,7 @@ class Store:
         source: str | None = None,
         fusion: str = "convex",
         recency: float = 0.0,
+        keyword_pivot: int = 0,
     ) -> list[Hit]: ...
     def vector_search(
         self,

@@ -79,7 +79,7 @@ __all__ = [
     "substitute_env",
 ]
 
-DEFAULT_EMBEDDING_MODEL = "multilingual-e5-small"
+DEFAULT_EMBEDDING_MODEL = "use-multilingual-v3"
 
 
 class _Section(BaseModel):
@@ -241,8 +241,11 @@ class SearchConfig(_Section):
     # None: the weights measured for the embedding model (e5 0.7/0.3, MiniLM 0.4/0.6).
     vector_weight: Annotated[float, Field(ge=0)] | None = None
     keyword_weight: Annotated[float, Field(ge=0)] | None = None
-    # Bonus for the newest candidate (0..this by date): updated facts' new values first.
+    # Bonus for the newest candidate (0..this by date): updated facts' new values first
+    # (archival memory; past conversations are searched without it).
     recency: Annotated[float, Field(ge=0, le=1)] = 0.2
+    # A query of more terms than this gives part of its keyword weight to the vectors.
+    keyword_pivot: NonNegativeInt = 4
 
 
 class WatchConfig(_Section):

@@ -21,24 +21,22 @@ Klaw hashes them into the model id.
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import struct
 import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from klaw.onnxbuild import Graph, save, unigram_tokenizer
 
 __all__ = ["E5Weights", "build_onnx", "build_tokenizer", "convert", "main", "read_e5s1"]
 
 MAGIC = b"E5S1"
 QK = 32  # Q4_0 block length
-META = "\u2581"  # SentencePiece's word-start marker
 F32, Q4 = 0, 1
 
 
@@ -164,25 +162,6 @@ def _q4_blocks(blocks: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
     return packed.reshape(rows, -1, QK // 2), scales
 
 
-class _Graph:
-    def __init__(self) -> None:
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self.n = 0
-
-    def const(self, name: str, arr: np.ndarray) -> str:
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
-        return name
-
-    def op(self, op: str, inputs: list[str], domain: str = "", **attrs: Any) -> str:
-        self.n += 1
-        out = f"{op.lower()}_{self.n}"
-        self.nodes.append(
-            helper.make_node(op, inputs, [out], name=f"n{self.n}", domain=domain, **attrs)
-        )
-        return out
-
-
 def build_onnx(w: E5Weights, *, accuracy_level: int = 4) -> onnx.ModelProto:
     """BERT encoder over the 4-bit weights: input_ids, attention_mask -> last_hidden_state.
 
@@ -190,7 +169,7 @@ def build_onnx(w: E5Weights, *, accuracy_level: int = 4) -> onnx.ModelProto:
     what e5.c does (its outputs are the reference) and the fastest CPU path."""
     H, ms = w.hidden, "com.microsoft"
     t = w.tensors
-    g = _Graph()
+    g = Graph()
 
     def linear(x: str, name: str, n_out: int, n_in: int) -> str:
         packed, scales = _q4_blocks(t[name + ".w"], n_out)
@@ -383,83 +362,23 @@ def build_tokenizer(w: E5Weights) -> bytes:
     (e5.c emits one per character), and Precompiled maps a grapheme whose first
     codepoint is in the map as a whole (a mapped character followed by a combining mark
     loses the mark). Ordinary text, including Russian and Chinese, tokenizes the same."""
-    bos, eos = w.pieces[w.bos], w.pieces[w.eos]
-    meta = {"type": "Metaspace", "replacement": META, "prepend_scheme": "always", "split": True}
-    tok: dict[str, object] = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        # No added tokens: e5.c matches "<s>" in text as an ordinary piece, and so does
-        # the Unigram model when the specials are only in its vocab.
-        "added_tokens": [],
-        "normalizer": {
-            "type": "Sequence",
-            "normalizers": [
-                {
-                    "type": "Precompiled",
-                    "precompiled_charsmap": base64.b64encode(precompiled_charsmap(w.norm)).decode(
-                        "ascii"
-                    ),
-                },
-                {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
-            ],
-        },
-        "pre_tokenizer": meta,
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [
-                {"SpecialToken": {"id": bos, "type_id": 0}},
-                {"Sequence": {"id": "A", "type_id": 0}},
-                {"SpecialToken": {"id": eos, "type_id": 0}},
-            ],
-            "pair": [
-                {"SpecialToken": {"id": bos, "type_id": 0}},
-                {"Sequence": {"id": "A", "type_id": 0}},
-                {"SpecialToken": {"id": eos, "type_id": 0}},
-                {"SpecialToken": {"id": eos, "type_id": 0}},
-                {"Sequence": {"id": "B", "type_id": 0}},
-                {"SpecialToken": {"id": eos, "type_id": 0}},
-            ],
-            "special_tokens": {
-                bos: {"id": bos, "ids": [w.bos], "tokens": [bos]},
-                eos: {"id": eos, "ids": [w.eos], "tokens": [eos]},
-            },
-        },
-        "decoder": meta,
-        "model": {
-            "type": "Unigram",
-            "unk_id": w.unk,
-            # float32 scores written as their exact float64 value
-            "vocab": [[p, float(s)] for p, s in zip(w.pieces, w.scores.tolist(), strict=True)],
-            "byte_fallback": False,
-        },
-    }
-    return json.dumps(tok, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return unigram_tokenizer(
+        w.pieces,
+        w.scores.tolist(),
+        unk=w.unk,
+        bos=w.bos,
+        eos=w.eos,
+        charsmap=precompiled_charsmap(w.norm),
+        split=True,
+    )
 
 
 # ------------------------------------------------------------------------------ CLI
 
 
-#: The word-embedding table (48 MB of the model) lives beside model.onnx: ONNX Runtime
-#: maps external data instead of copying it, so only the rows of tokens actually seen
-#: become resident (load: +41 MB instead of +92 MB, docs/decisions.md).
-DATA_FILE = "model.onnx.data"
-
-
 def convert(bin_path: Path, out_dir: Path) -> None:
-    from onnx.external_data_helper import convert_model_to_external_data
-
     w = read_e5s1(bin_path)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model = build_onnx(w)
-    convert_model_to_external_data(
-        model, all_tensors_to_one_file=True, location=DATA_FILE, size_threshold=1 << 20
-    )
-    (out_dir / DATA_FILE).unlink(missing_ok=True)  # onnx appends to an existing file
-    onnx.save_model(model, str(out_dir / "model.onnx"))
-    tmp = out_dir / "tokenizer.json.tmp"
-    tmp.write_bytes(build_tokenizer(w))
-    tmp.replace(out_dir / "tokenizer.json")
+    save(build_onnx(w), build_tokenizer(w), out_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

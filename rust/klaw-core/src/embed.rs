@@ -326,11 +326,16 @@ impl Embedder {
             .last()
             .ok_or_else(|| CoreError::Model("model output has no shape".into()))?
             as usize;
+        // [batch, dim]: the model pools itself (a sentence encoder such as USE).
+        if oshape.len() == 2 && data.len() == b * dim {
+            return Ok((data.to_vec(), dim));
+        }
         if oshape.len() != 3 || data.len() != b * s * dim {
             return Err(CoreError::Model(format!(
                 "unexpected model output shape {oshape:?}"
             )));
         }
+        // [batch, seq, dim]: token vectors, summed over the real tokens.
         let mut out = vec![0f32; b * dim];
         for bi in 0..b {
             let o = &mut out[bi * dim..(bi + 1) * dim];

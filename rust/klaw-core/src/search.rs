@@ -25,6 +25,10 @@ pub struct FusionParams {
     /// candidates (0 = the oldest, `recency` = the newest): a changed fact's newer
     /// value comes first. 0 turns it off (a query about the past).
     pub recency: f64,
+    /// Query-dependent weights: a query of more than this many distinct terms moves
+    /// keyword weight to the vector list in proportion (`wk·pivot/terms` stays), since
+    /// a long question ORs many common words into BM25. 0 turns it off.
+    pub keyword_pivot: usize,
 }
 
 impl Default for FusionParams {
@@ -36,6 +40,7 @@ impl Default for FusionParams {
             vector_weight: 0.7,
             keyword_weight: 0.3,
             recency: 0.0,
+            keyword_pivot: 0,
         }
     }
 }
@@ -51,9 +56,22 @@ pub fn hybrid(
     p: &FusionParams,
     top_k: usize,
 ) -> crate::Result<Vec<(i64, f64)>> {
+    hybrid_terms(vector, keyword, created, p, top_k, 0)
+}
+
+/// `hybrid` for a query of `terms` distinct analysed terms (for `keyword_pivot`).
+pub fn hybrid_terms(
+    vector: impl FnOnce(usize) -> crate::Result<Vec<(i64, f32)>>,
+    keyword: impl FnOnce(usize) -> crate::Result<Vec<(i64, f32)>>,
+    created: impl Fn(i64) -> Option<i64>,
+    p: &FusionParams,
+    top_k: usize,
+    terms: usize,
+) -> crate::Result<Vec<(i64, f64)>> {
     if top_k == 0 {
         return Ok(Vec::new());
     }
+    let p = &adapt(p, terms);
     let want = p.candidates.max(top_k);
     let v = vector(want)?;
     let k = keyword(want)?;
@@ -65,6 +83,18 @@ pub fn hybrid(
         add_recency(&mut scores, created, p.recency);
     }
     Ok(best(scores, top_k))
+}
+
+/// The weights for a query of `terms` terms (see `keyword_pivot`).
+fn adapt(p: &FusionParams, terms: usize) -> FusionParams {
+    let mut q = p.clone();
+    if p.keyword_pivot > 0 && terms > p.keyword_pivot {
+        let keep = p.keyword_pivot as f64 / terms as f64;
+        let moved = p.keyword_weight * (1.0 - keep);
+        q.keyword_weight -= moved;
+        q.vector_weight += moved;
+    }
+    q
 }
 
 fn best(scores: HashMap<i64, f64>, top_k: usize) -> Vec<(i64, f64)> {
@@ -201,6 +231,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(same[0].0, 1);
+    }
+
+    #[test]
+    fn long_queries_move_keyword_weight_to_vectors() {
+        let p = FusionParams {
+            keyword_pivot: 4,
+            ..FusionParams::default()
+        };
+        let short = adapt(&p, 3);
+        assert!((short.keyword_weight - 0.3).abs() < 1e-12);
+        let long = adapt(&p, 8);
+        assert!((long.keyword_weight - 0.15).abs() < 1e-12);
+        assert!((long.vector_weight - 0.85).abs() < 1e-12);
+        assert!((adapt(&FusionParams::default(), 50).keyword_weight - 0.3).abs() < 1e-12);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use crate::error::{CoreError, Result};
 use crate::keyword::KeywordIndex;
 use crate::schema;
-use crate::search::{hybrid, int8_candidates, rescore, FusionParams};
+use crate::search::{hybrid_terms, int8_candidates, rescore, FusionParams};
 use crate::timeutil::parse_iso;
 use crate::vindex::VectorIndex;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
@@ -217,6 +217,19 @@ pub fn keyword_dir_for(db: &Path) -> PathBuf {
 
 impl Store {
     /// Opens (creating and migrating if needed) the database at `path`.
+    /// The vector dimension an existing klaw.db records (None: no file or no record),
+    /// so a reader that does not embed need not know the model.
+    pub fn stored_dim(path: &Path) -> Result<Option<usize>> {
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let dim: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'dim'", [], |r| r.get(0))
+            .ok();
+        Ok(dim.and_then(|d| d.parse().ok()))
+    }
+
     pub fn open(path: &Path, dim: usize, threads: usize) -> Result<Store> {
         if dim == 0 || dim > 4096 {
             return Err(CoreError::InvalidInput(format!(
@@ -679,8 +692,16 @@ impl Store {
         p: &FusionParams,
         f: &Filter,
     ) -> Result<Vec<Hit>> {
+        let terms = if p.keyword_pivot > 0 {
+            let mut t = crate::analyze::analyze(query_text, crate::analyze::Mode::Query);
+            t.sort_unstable();
+            t.dedup();
+            t.len()
+        } else {
+            0
+        };
         self.read(|inner| {
-            let fused = hybrid(
+            let fused = hybrid_terms(
                 |want| match query_vec {
                     Some(q) => self.vector_ids(inner, q, want, f),
                     None => Ok(Vec::new()),
@@ -694,6 +715,7 @@ impl Store {
                 },
                 p,
                 top_k,
+                terms,
             )?;
             Self::fetch(inner, &fused)
         })

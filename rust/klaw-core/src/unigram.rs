@@ -246,7 +246,9 @@ mod tests {
         let vocab = r#"{"type": "Unigram", "unk_id": 2, "vocab": [
             ["<s>", 0.0], ["</s>", 0.0], ["<unk>", 0.0],
             ["▁", -3.0], ["▁ab", -2.0], ["▁a", -1.5], ["b", -1.0], ["c", -4.0], ["▁cd", -1.0]]}"#;
-        let u = Unigram::from_file(&write(dir.path(), vocab)).unwrap().unwrap();
+        let u = Unigram::from_file(&write(dir.path(), vocab))
+            .unwrap()
+            .unwrap();
         // "▁ab" (-2.0) beats "▁a" + "b" (-2.5); "▁cd" is one piece; "x" is unknown.
         let (ids, mask) = u.encode("ab cd").unwrap();
         assert_eq!(ids, vec![0, 4, 8, 1]);
@@ -256,6 +258,8 @@ mod tests {
         assert_eq!(u.encode("").unwrap().0, vec![0, 1]);
         // Not a Unigram model: left to HF tokenizers.
         let wp = r#"{"type": "WordPiece", "vocab": {"a": 0}}"#;
-        assert!(Unigram::from_file(&write(dir.path(), wp)).unwrap().is_none());
+        assert!(Unigram::from_file(&write(dir.path(), wp))
+            .unwrap()
+            .is_none());
     }
 }

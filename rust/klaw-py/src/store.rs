@@ -226,10 +226,17 @@ impl PyStore {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (path, dim = 384, threads = 2))]
-    fn new(py: Python<'_>, path: PathBuf, dim: usize, threads: usize) -> PyResult<Self> {
+    #[pyo3(signature = (path, dim = None, threads = 2))]
+    fn new(py: Python<'_>, path: PathBuf, dim: Option<usize>, threads: usize) -> PyResult<Self> {
         let inner = py
-            .detach(|| Store::open(&path, dim, threads))
+            .detach(|| {
+                // No dimension given: the one the file records, else the historic 384.
+                let dim = match dim {
+                    Some(d) => d,
+                    None => Store::stored_dim(&path)?.unwrap_or(384),
+                };
+                Store::open(&path, dim, threads)
+            })
             .map_err(to_py)?;
         Ok(PyStore { inner })
     }
@@ -333,7 +340,7 @@ impl PyStore {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (query_vec, query_text, top_k = 10, candidates = 20, rrf_k = 60.0,
                         vector_weight = 0.7, keyword_weight = 0.3, since = None, until = None,
-                        source = None, fusion = "convex", recency = 0.0))]
+                        source = None, fusion = "convex", recency = 0.0, keyword_pivot = 0))]
     fn search(
         &self,
         py: Python<'_>,
@@ -349,6 +356,7 @@ impl PyStore {
         source: Option<String>,
         fusion: &str,
         recency: f64,
+        keyword_pivot: usize,
     ) -> PyResult<Vec<PyHit>> {
         let q = query_vec.map(floats).transpose()?;
         let f = Filter {
@@ -363,6 +371,7 @@ impl PyStore {
             vector_weight,
             keyword_weight,
             recency,
+            keyword_pivot,
         };
         let hits = py
             .detach(|| self.inner.search(q.as_deref(), &query_text, top_k, &p, &f))
@@ -591,6 +600,7 @@ impl PyStore {
             vector_weight,
             keyword_weight,
             recency: 0.0,
+            keyword_pivot: 0,
         };
         let hits = py
             .detach(|| self.inner.search_docs(q.as_deref(), &query_text, top_k, &p))
