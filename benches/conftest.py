@@ -107,6 +107,8 @@ def python_embedder(model: str | None = None) -> Callable[[list[str]], np.ndarra
         mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         out = sess.run(None, {k: v for k, v in feed.items() if k in names})[0]
+        if out.ndim == 2:  # the model pools itself (USE)
+            return out / np.linalg.norm(out, axis=1, keepdims=True)
         pooled = (out * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
         return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 

@@ -512,7 +512,7 @@ def shipped(
         keyword_weight=spec.keyword_weight,
         fusion=s.fusion,
         recency=0.0 if conversation or asks_about_past(text) else s.recency,
-        keyword_pivot=s.keyword_pivot,
+        keyword_pivot=spec.keyword_pivot,
     )
 
 

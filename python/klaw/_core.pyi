@@ -297,8 +297,8 @@ class Embedder:
         max_length: int = 256,
         max_batch_tokens: int = 0,
         windows: bool = True,
-        query_prefix: str = "",
-        passage_prefix: str = "",
+        query_prefix: str | None = None,
+        passage_prefix: str | None = None,
     ) -> Embedder: ...
     @property
     def dim(self) -> int: ...

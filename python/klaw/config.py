@@ -244,8 +244,9 @@ class SearchConfig(_Section):
     # Bonus for the newest candidate (0..this by date): updated facts' new values first
     # (archival memory; past conversations are searched without it).
     recency: Annotated[float, Field(ge=0, le=1)] = 0.2
-    # A query of more terms than this gives part of its keyword weight to the vectors.
-    keyword_pivot: NonNegativeInt = 4
+    # A query of more terms than this gives part of its keyword weight to the vectors;
+    # None: the model's (4; MiniLM, English-only, 0 = off).
+    keyword_pivot: NonNegativeInt | None = None
 
 
 class WatchConfig(_Section):

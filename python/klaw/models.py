@@ -97,10 +97,19 @@ class ModelSpec:
     # vectors are English-only, so its keyword leg must count for more.
     vector_weight: float = 0.7
     keyword_weight: float = 0.3
+    keyword_pivot: int = 4  # long queries shift keyword weight to vectors (0: never)
 
 
 MODELS = {
-    MINILM: ModelSpec(MINILM, 256, install_hint=MINILM_HINT, vector_weight=0.4, keyword_weight=0.6),
+    # English-only vectors: a long Russian question must not lean on them.
+    MINILM: ModelSpec(
+        MINILM,
+        256,
+        install_hint=MINILM_HINT,
+        vector_weight=0.4,
+        keyword_weight=0.6,
+        keyword_pivot=0,
+    ),
     E5_SMALL: ModelSpec(E5_SMALL, 512, "query: ", "passage: ", install_hint=E5_HINT),
     # No position limit (n-gram convolutions + pooling); 512 bounds one run's memory.
     USE_M: ModelSpec(USE_M, 512, dim=512),

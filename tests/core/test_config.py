@@ -143,7 +143,7 @@ def test_memory_defaults() -> None:
     assert (mem.chunking.size, mem.chunking.overlap) == (400, 80)
     s = mem.search
     assert (s.top_k, s.candidates, s.fusion, s.rrf_k, s.recency) == (10, 20, "convex", 60, 0.2)
-    assert s.keyword_pivot == 4
+    assert s.keyword_pivot is None  # the model's
     assert (s.vector_weight, s.keyword_weight) == (None, None)  # the model's own
     assert (mem.watch.enabled, mem.watch.debounce_ms) == (True, 1000)
 

@@ -240,7 +240,7 @@ def test_crosslingual_queries_find_notes_in_another_language(
             backend.embed_query(r["query"]),
             r["query"],
             top_k=5,
-            keyword_pivot=s.keyword_pivot,
+            keyword_pivot=4,
             recency=s.recency,
         )
         found += any(indexed.note_of[h.id] in r["relevant"] for h in hits)

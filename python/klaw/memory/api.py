@@ -469,7 +469,7 @@ class Memory:
             source=source,
             fusion=s.fusion,
             recency=s.recency if recent else 0.0,
-            keyword_pivot=s.keyword_pivot,
+            keyword_pivot=self.keyword_pivot(),
         )
         return [
             Hit(
@@ -495,6 +495,13 @@ class Memory:
         wv = spec.vector_weight if s.vector_weight is None else s.vector_weight
         wk = spec.keyword_weight if s.keyword_weight is None else s.keyword_weight
         return wv, wk
+
+    def keyword_pivot(self) -> int:
+        from klaw.models import model_spec
+
+        s = self.config.memory.search
+        spec = model_spec(self.config.memory.embedding.model)
+        return spec.keyword_pivot if s.keyword_pivot is None else s.keyword_pivot
 
     async def asearch(self, query: str, top_k: int | None = None, **filters: Any) -> list[Hit]:
         """`search` off the event loop (the Rust work releases the GIL)."""

@@ -23,7 +23,7 @@ impl PyEmbedder {
     #[new]
     #[pyo3(signature = (model_path, tokenizer_path, ort_library = None, threads = 1,
                         max_length = 256, max_batch_tokens = 0, windows = true,
-                        query_prefix = String::new(), passage_prefix = String::new()))]
+                        query_prefix = None, passage_prefix = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -34,15 +34,15 @@ impl PyEmbedder {
         max_length: usize,
         max_batch_tokens: usize,
         windows: bool,
-        query_prefix: String,
-        passage_prefix: String,
+        query_prefix: Option<String>,
+        passage_prefix: Option<String>,
     ) -> PyResult<Self> {
         let cfg = EmbedderConfig {
             threads,
             max_length,
             windows,
-            query_prefix,
-            passage_prefix,
+            query_prefix: query_prefix.unwrap_or_default(),
+            passage_prefix: passage_prefix.unwrap_or_default(),
             max_batch_tokens,
         };
         let inner = py
