@@ -134,7 +134,8 @@ class ConversationIndexer:
 
     The pending set holds at most one entry per chat (a bounded queue that cannot
     drop work: the watermark knows what is left), and indexing runs in a worker thread
-    after `delay_s`, so a reply never waits for an embedding.
+    once no reply came for `delay_s` (a burst is answered first; at most `max_wait_s`),
+    so a reply never waits for an embedding nor shares the CPU with one.
     """
 
     def __init__(
@@ -143,17 +144,30 @@ class ConversationIndexer:
         backend: EmbeddingBackend,
         cache: _core.EmbeddingCache,
         config: EngineConfig,
-        delay_s: float = 1.0,
+        delay_s: float = 2.0,
+        max_wait_s: float = 60.0,
     ) -> None:
         self.store = store
         self.backend = backend
         self.cache = cache
         self.config = config
         self.delay_s = delay_s
+        self.max_wait_s = max_wait_s
         self._pending: dict[str, None] = {}
         self._wake = asyncio.Event()
         self.indexed = 0  # chunks written since start (status, tests)
         self.idle = asyncio.Event()
+
+    async def _quiet(self, stop: asyncio.Event) -> None:
+        """Waits until no reply came for `delay_s` (at most `max_wait_s` in all): a burst
+        of messages is answered first and indexed after, not in between."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait_s
+        while not stop.is_set():
+            self._wake.clear()
+            left = deadline - loop.time()
+            if left <= 0 or not await _first_of(self._wake, stop, timeout=min(self.delay_s, left)):
+                return
 
     def notify(self, chat_id: str) -> None:
         """A round of `chat_id` may be complete (call on the event loop)."""
@@ -174,9 +188,7 @@ class ConversationIndexer:
             if not self._pending:
                 self.idle.set()
                 await _first_of(self._wake, stop)
-                self._wake.clear()
-                # Let the reply's own writes and the next message go first.
-                await _first_of(stop, timeout=self.delay_s)
+                await self._quiet(stop)
                 continue
             chat_id = next(iter(self._pending))
             del self._pending[chat_id]
@@ -189,10 +201,12 @@ class ConversationIndexer:
                 log.exception("conversation index: chat %s failed", chat_id)
 
 
-async def _first_of(*events: asyncio.Event, timeout: float | None = None) -> None:
+async def _first_of(*events: asyncio.Event, timeout: float | None = None) -> bool:
+    """Waits for any of `events` (or the timeout); True when one was set."""
     waits = [asyncio.ensure_future(e.wait()) for e in events]
     try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for w in waits:
             w.cancel()
+    return bool(done)
