@@ -33,7 +33,6 @@ import gzip
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -339,18 +338,15 @@ class Setup:
     post: Callable[[list[_core.Hit], Query, Callable[[str], Any]], list[_core.Hit]] | None = None
 
 
-_PAST = re.compile(
-    r"\b(used to|before|previous|old|former|originally)\b|раньше|прежн|стар|以前|之前|原来"
-)
-
-
 def supersede(
     hits: list[_core.Hit], q: Query, vec: Callable[[str], Any], theta: float
 ) -> list[_core.Hit]:
     """Among the top 10, a chunk that says nearly the same as a higher-ranked older one
     (cosine >= theta) and is newer moves above it: the newer value of an updated fact
     first, unless the query asks about the past."""
-    if _PAST.search(q.text.lower()):
+    from klaw.memory.timewords import asks_about_past
+
+    if asks_about_past(q.text):
         return hits
     top, rest = list(hits[:TOP]), list(hits[TOP:])
     vs = [vec(h.content) for h in top]
