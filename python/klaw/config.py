@@ -297,7 +297,8 @@ class LoggingConfig(_Section):
 class HeartbeatConfig(_Section):
     """The `heartbeat` job made from the workspace's HEARTBEAT.md."""
 
-    cron: str = "0 0 * * * ?"  # hourly, on the hour (Quartz; 5-field crontab works too)
+    # hourly, on the hour (Quartz; 5-field crontab and `every 30m` work too)
+    cron: str = "0 0 * * * ?"
     model: str | None = None  # None: routing.tasks.subagent
     inject_into: str | None = None  # where a non-silent result goes; None: the log only
     precheck: str | None = None  # a command: exit 1 = nothing to look at, no tokens
@@ -306,9 +307,10 @@ class HeartbeatConfig(_Section):
     @field_validator("cron")
     @classmethod
     def _cron(cls, value: str) -> str:
-        from klaw.scheduler.cron import parse_cron
+        from klaw.scheduler.cron import At, CronError, parse_schedule
 
-        parse_cron(value)  # CronError (a ValueError) names the field
+        if isinstance(parse_schedule(value), At):  # CronError (a ValueError) names the field
+            raise CronError("the heartbeat repeats: use a cron expression or 'every 30m'")
         return value
 
 

@@ -36,7 +36,17 @@ from apscheduler.triggers.base import BaseTrigger
 
 from klaw.errors import InvalidInput
 
-__all__ = ["Cron", "CronError", "CronTrigger", "parse_cron", "zone_named"]
+__all__ = [
+    "At",
+    "Cron",
+    "CronError",
+    "CronTrigger",
+    "Every",
+    "Schedule",
+    "parse_cron",
+    "parse_schedule",
+    "zone_named",
+]
 
 Dialect = Literal["crontab", "quartz"]
 
@@ -204,8 +214,108 @@ class Cron:
         return out
 
 
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_EVERY = re.compile(r"^every\s+((?:\d+[smhd])+)(?:\s+from\s+(\S+))?$", re.IGNORECASE)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+#: The shortest interval: a job wakes a model, so a typo like `every 5s` must not burn tokens.
+MIN_EVERY_SECONDS: Final = 60
+
+
+def _times(
+    sched: Cron | Every | At, tz: tzinfo, count: int, after: datetime | None
+) -> list[datetime]:
+    now = after or datetime.now(tz)
+    out: list[datetime] = []
+    while len(out) < count and (now := sched.next_after(now, tz)) is not None:  # type: ignore[assignment]
+        out.append(now)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Every:
+    """`every 30m` / `every 1h30m from 2026-01-01T09:00`: a fixed interval, counted from
+    `anchor` (the Unix epoch when none is given, so `every 1h` fires on the hour)."""
+
+    expr: str
+    seconds: int
+    anchor: datetime | None  # naive: read in the job's zone
+
+    def next_after(self, after: datetime, tz: tzinfo) -> datetime | None:
+        anchor = self.anchor or _EPOCH
+        if anchor.tzinfo is None:
+            anchor = anchor.replace(tzinfo=tz)
+        # In UTC: aware arithmetic within one ZoneInfo zone is wall-clock arithmetic.
+        anchor, after = anchor.astimezone(UTC), after.astimezone(UTC)
+        if after < anchor:
+            return anchor.astimezone(tz)
+        steps = int((after - anchor).total_seconds() // self.seconds) + 1
+        return (anchor + timedelta(seconds=steps * self.seconds)).astimezone(tz)
+
+    def next_times(
+        self, tz: tzinfo, count: int = 3, after: datetime | None = None
+    ) -> list[datetime]:
+        return _times(self, tz, count, after)
+
+
+@dataclass(frozen=True, slots=True)
+class At:
+    """`at 2026-12-01T09:00`: once (naive times are read in the job's zone)."""
+
+    expr: str
+    when: datetime
+
+    def next_after(self, after: datetime, tz: tzinfo) -> datetime | None:
+        when = self.when if self.when.tzinfo is not None else self.when.replace(tzinfo=tz)
+        return when.astimezone(tz) if when > after else None
+
+    def next_times(
+        self, tz: tzinfo, count: int = 3, after: datetime | None = None
+    ) -> list[datetime]:
+        return _times(self, tz, count, after)
+
+
+Schedule = Cron | Every | At
+
+
+def _iso_time(text: str, what: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise CronError(
+            f"{what} {text!r} is not an ISO date-time such as 2026-12-01T09:00 "
+            "(or 2026-12-01T09:00+01:00)"
+        ) from None
+
+
+def parse_schedule(expr: str) -> Schedule:
+    """A cron expression (see `parse_cron`), `every <n>[smhd]... [from <ISO time>]` or
+    `at <ISO time>`; raises `CronError` saying what is wrong."""
+    if not isinstance(expr, str) or not expr.strip():
+        raise CronError("empty schedule")
+    text = " ".join(expr.split())
+    low = text.lower()
+    if low.startswith("every"):
+        m = _EVERY.match(text)
+        if m is None:
+            raise CronError(
+                f"interval {text!r}: write e.g. 'every 30m', 'every 2h', 'every 1h30m' "
+                "or 'every 1d from 2026-12-01T09:00' (units s, m, h, d)"
+            )
+        seconds = sum(
+            int(n) * _UNITS[u.lower()] for n, u in re.findall(r"(\d+)([smhdSMHD])", m.group(1))
+        )
+        if seconds < MIN_EVERY_SECONDS:
+            raise CronError(f"interval {text!r}: at least every {MIN_EVERY_SECONDS} seconds")
+        anchor = _iso_time(m.group(2), "start time") if m.group(2) else None
+        return Every(text, seconds, anchor)
+    if low.startswith("at ") or low == "at":
+        return At(text, _iso_time(text[3:].strip(), "time"))
+    return parse_cron(text)
+
+
 class CronTrigger(BaseTrigger):  # type: ignore[misc]
-    """The APScheduler trigger of a job: an expression in a named time zone.
+    """The APScheduler trigger of a job: a schedule (cron expression, interval or one
+    time) in a named time zone.
 
     Fire times come from `Cron.next_after`, not from APScheduler's own CronTrigger:
     3.11.3's skips a whole month after a DST change (from 2026-03-01 in Europe/Berlin
@@ -214,7 +324,7 @@ class CronTrigger(BaseTrigger):  # type: ignore[misc]
     """
 
     def __init__(self, expr: str, timezone: str) -> None:
-        self.cron = parse_cron(expr)
+        self.cron: Schedule = parse_schedule(expr)
         self.timezone = zone_named(timezone)
 
     def get_next_fire_time(
@@ -228,7 +338,7 @@ class CronTrigger(BaseTrigger):  # type: ignore[misc]
         return {"version": 1, "expr": self.cron.expr, "timezone": self.timezone.key}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.cron = parse_cron(str(state["expr"]))
+        self.cron = parse_schedule(str(state["expr"]))
         self.timezone = zone_named(str(state["timezone"]))
 
     def __str__(self) -> str:

@@ -13,7 +13,7 @@ from datetime import datetime, tzinfo
 from typing import Any, Final
 
 from klaw.errors import InvalidInput
-from klaw.scheduler.cron import Cron, CronError, parse_cron, zone_named
+from klaw.scheduler.cron import CronError, Schedule, parse_schedule, zone_named
 
 __all__ = ["HEARTBEAT", "MAX_MESSAGE_CHARS", "JobError", "JobSpec", "check_name"]
 
@@ -42,12 +42,13 @@ def check_name(name: object) -> str:
 class JobSpec:
     """A job as the owner (or the model) defined it.
 
-    `cron` runs in `timezone` (an IANA name). `model` None: `routing.tasks.subagent`.
-    `inject_into` None: the result is only logged. `precheck`: a shell command run
-    before the model is woken; exit status 0 wakes it, 1 with an empty stderr means
-    nothing to do (no tokens spent), anything else is a failed run. `daily_token_cap`: prompt +
-    completion tokens per day (in `timezone`) after which the job rests until
-    tomorrow.
+    `cron` is the schedule (a cron expression, `every 30m` or `at 2026-12-01T09:00`,
+    see `parse_schedule`) and runs in `timezone` (an IANA name). `model` None:
+    `routing.tasks.subagent`. `inject_into` None: the result is only logged.
+    `precheck`: a shell command run before the model is woken; exit status 0 wakes
+    it, 1 with an empty stderr means nothing to do (no tokens spent), anything else
+    is a failed run. `daily_token_cap`: prompt + completion tokens per day (in
+    `timezone`) after which the job rests until tomorrow.
     """
 
     name: str
@@ -94,9 +95,9 @@ class JobSpec:
             self.parsed()  # raises CronError naming the field
         self.zone()
 
-    def parsed(self) -> Cron:
+    def parsed(self) -> Schedule:
         try:
-            return parse_cron(self.cron)
+            return parse_schedule(self.cron)
         except CronError as exc:
             raise JobError(f"job {self.name!r}: {exc}") from None
 

@@ -141,7 +141,8 @@ class Scheduler:
         aps = self._require()
         times = spec.next_times(3)
         if not times:
-            raise JobError(f"job {spec.name!r}: {spec.cron!r} never fires in the next 30 years")
+            when = "is in the past" if spec.cron.lower().startswith("at") else "never fires"
+            raise JobError(f"job {spec.name!r}: {spec.cron!r} {when}")
         async with self._lock:
             if not replace and aps.get_job(spec.name) is not None:
                 raise JobError(

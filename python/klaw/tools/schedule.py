@@ -62,18 +62,20 @@ class ScheduleList(_ScheduleTool):
 class ScheduleAdd(_ScheduleTool):
     name = "schedule_add"
     description = (
-        "Schedule a recurring job: at each time of `cron` a background agent runs "
+        "Schedule a job: at each time of `cron` a background agent runs "
         "`message` as its task and sends its result to `injectInto` (default: this "
         "chat). `cron` is Quartz (6-7 fields with seconds: '0 0 8 ? * MON-FRI', "
-        "'0 0 18 ? * 6L' = last Friday of the month at 18:00) or crontab (5 fields: "
-        "'0 8 * * 1-5'). Times are in `timezone` (IANA name; default the owner's). "
+        "'0 0 18 ? * 6L' = last Friday of the month at 18:00), crontab (5 fields: "
+        "'0 8 * * 1-5'), an interval ('every 2h', 'every 1d from 2026-12-01T09:00') "
+        "or one time ('at 2026-12-01T09:00', a reminder). "
+        "Times are in `timezone` (IANA name; default the owner's). "
         "The answer lists the next three run times: check them against the request."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "name": _NAME,
-            "cron": {"type": "string", "minLength": 9, "maxLength": 200},
+            "cron": {"type": "string", "minLength": 5, "maxLength": 200},
             "message": {"type": "string", "minLength": 1, "maxLength": 20_000},
             "model": {"type": "string", "maxLength": 200},
             "injectInto": _CHAT,
