@@ -187,6 +187,12 @@ def _model_install(a: argparse.Namespace) -> int:
     return model_install(from_hub=a.from_hub, force=a.force, quantize=a.quantize, name=a.model)
 
 
+def _import_openclaw(a: argparse.Namespace) -> int:
+    from klaw.cli.import_cmds import import_openclaw
+
+    return import_openclaw(a.path, dry_run=a.dry_run, copy_to=a.copy_to, reindex=a.reindex)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="klaw", description="Klaw: a light, reliable personal AI agent."
@@ -304,6 +310,38 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd(ssub, "run", "Run a job once now (its schedule is unchanged).", _schedule)
     sp.set_defaults(schedule_action="run")
     sp.add_argument("name")
+
+    imp = sub.add_parser(
+        "import",
+        help="Move in from another agent (OpenClaw).",
+        description="Move in from another agent. See docs/openclaw.md.",
+    )
+    imp.set_defaults(handler=lambda a: _usage(imp))
+    isub = imp.add_subparsers(dest="import_command", metavar="SOURCE")
+    sp = cmd(
+        isub,
+        "openclaw",
+        "Import an OpenClaw home: workspace, providers, Telegram access, cron jobs, "
+        "conversations, skills. The source is only read.",
+        _import_openclaw,
+    )
+    sp.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="the OpenClaw home (default $OPENCLAW_STATE_DIR or ~/.openclaw)",
+    )
+    sp.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    sp.add_argument(
+        "--copy-workspace",
+        dest="copy_to",
+        type=Path,
+        metavar="DIR",
+        help="copy the workspace to DIR instead of using it where it lies",
+    )
+    sp.add_argument(
+        "--no-reindex", dest="reindex", action="store_false", help="leave `klaw reindex` to you"
+    )
 
     sbx = sub.add_parser(
         "sandbox",

@@ -124,7 +124,9 @@ def index_workspace() -> int:
 
 
 def reindex(progress: bool = True) -> int:
-    from klaw.config import load_engine_config
+    import dataclasses
+
+    from klaw.config import load_engine_config, resolve_workspace
     from klaw.errors import KlawError
     from klaw.memory.api import rebuild
     from klaw.paths import KlawPaths
@@ -132,6 +134,8 @@ def reindex(progress: bool = True) -> int:
     paths = KlawPaths.from_env()
     try:
         config = load_engine_config(paths.engine_config)
+        # engine.yaml's `workspace` wins over $KLAW_WORKSPACE, as in the engine
+        paths = dataclasses.replace(paths, workspace=resolve_workspace(config))
         r = rebuild(paths, config, progress=progress and sys.stderr.isatty())
     except KlawError as exc:
         return _err(str(exc))

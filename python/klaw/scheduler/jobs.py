@@ -61,6 +61,8 @@ class JobSpec:
     daily_token_cap: int | None = None
     kind: str = "cron"  # "cron", "heartbeat", "once" (subagent_spawn) or "summaries"
     created: str = field(default="")
+    enabled: bool = True  # False: stored paused (an imported job that was off)
+    origin: str | None = None  # where an imported job came from, e.g. "openclaw:<id>"
 
     def __post_init__(self) -> None:
         check_name(self.name)

@@ -148,6 +148,7 @@ class Scheduler:
                 raise JobError(
                     f"a job named {spec.name!r} exists; remove it first or pick another name"
                 )
+            extra: dict[str, Any] = {} if spec.enabled else {"next_run_time": None}
             aps.add_job(
                 HANDLER,
                 trigger=CronTrigger(spec.cron, spec.timezone),
@@ -155,6 +156,7 @@ class Scheduler:
                 name=spec.name,
                 kwargs=spec.to_data(),
                 replace_existing=True,
+                **extra,  # next_run_time None: stored paused
             )
         log.info("job %s added: %s (%s)", spec.name, spec.cron, spec.timezone)
         return times
@@ -267,3 +269,41 @@ class _Executor(BaseExecutor):  # type: ignore[misc]
         finally:
             # The run is ours to track: APScheduler's instance count is settled now.
             asyncio.get_running_loop().call_soon(self._run_job_success, job.id, [])
+
+
+def store_jobs(db: Path, specs: list[JobSpec]) -> list[tuple[JobSpec, bool]]:
+    """Adds `specs` to scheduler.db without running anything (`klaw import`, with the
+    engine stopped): (spec, added); a job whose `origin` or name is stored already is
+    left as it is. The next engine start schedules them like any job."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from klaw.scheduler.store import SqliteJobStore
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    aps = BackgroundScheduler(jobstores={"default": SqliteJobStore(db)}, timezone=UTC)
+    aps.start(paused=True)  # paused: nothing due fires here
+    try:
+        stored = [JobSpec.from_data(j.kwargs) for j in aps.get_jobs()]
+        origins = {s.origin for s in stored if s.origin}
+        names = {s.name for s in stored}
+        out: list[tuple[JobSpec, bool]] = []
+        for spec in specs:
+            if (spec.origin and spec.origin in origins) or spec.name in names:
+                out.append((spec, False))
+                continue
+            if not spec.next_times(1):
+                raise JobError(f"job {spec.name!r}: {spec.cron!r} never fires")
+            extra: dict[str, Any] = {} if spec.enabled else {"next_run_time": None}
+            aps.add_job(
+                HANDLER,
+                trigger=CronTrigger(spec.cron, spec.timezone),
+                id=spec.name,
+                name=spec.name,
+                kwargs=spec.to_data(),
+                **extra,
+            )
+            names.add(spec.name)
+            out.append((spec, True))
+        return out
+    finally:
+        aps.shutdown(wait=False)

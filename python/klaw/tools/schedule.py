@@ -51,6 +51,8 @@ class ScheduleList(_ScheduleTool):
         for job in jobs:
             spec = job.spec
             nxt = job.next_run.astimezone(spec.zone()).isoformat() if job.next_run else "never"
+            if not spec.enabled:
+                nxt = "paused (imported disabled)"
             target = spec.inject_into or "log only"
             lines.append(
                 f"- {spec.name}: '{spec.cron}' ({spec.timezone}), next {nxt}, to {target}: "

@@ -1,0 +1,1 @@
+"""`klaw import openclaw`: move in from OpenClaw (docs/openclaw.md)."""

@@ -1,0 +1,489 @@
+"""`klaw import openclaw`: the plan (what would change) and carrying it out.
+
+The plan is built from the OpenClaw home alone and printed by `--dry-run`; applying it
+writes only Klaw's side: engine.yaml and gateway.yaml (edited in place, comments kept;
+a key the owner already changed is kept and reported), allowed-chats.json, the
+conversation logs (record ids derived from OpenClaw's, so a second import writes
+nothing), system skills, scheduler.db (jobs remember their OpenClaw id and are not added
+twice) and finally `klaw reindex`, which puts the imported conversations into recall
+memory. The OpenClaw home is only read. Both daemons must be stopped: the engine owns
+klaw.db and scheduler.db, the gateway the conversation logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import logging
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from klaw.errors import InvalidInput
+from klaw.openclaw.home import Home
+from klaw.openclaw.jobs import MappedJob, map_job
+from klaw.openclaw.settings import Settings, map_settings
+from klaw.openclaw.transcripts import Transcript, chat_for_key, read_transcript
+from klaw.paths import KlawPaths
+from klaw.wire.record import Record
+
+__all__ = ["ImportPlan", "ImportReport", "apply_plan", "build_plan"]
+
+log = logging.getLogger("klaw.openclaw")
+
+WORKSPACE_FILES = (
+    "AGENTS.md",
+    "SOUL.md",
+    "IDENTITY.md",
+    "USER.md",
+    "TOOLS.md",
+    "MEMORY.md",
+    "HEARTBEAT.md",
+    "BOOT.md",
+    "BOOTSTRAP.md",
+)
+_SKIP_DIRS = {".git", ".openclaw", "node_modules", "__pycache__"}
+
+
+@dataclass
+class ChatHistory:
+    chat_id: str
+    transcripts: list[Transcript] = field(default_factory=list)
+
+    @property
+    def messages(self) -> int:
+        return sum(len(t.records) for t in self.transcripts)
+
+
+@dataclass
+class ImportPlan:
+    home: Home
+    copy_to: Path | None  # None: use the workspace where it lies
+    settings: Settings
+    jobs: list[MappedJob] = field(default_factory=list)
+    chats: dict[str, ChatHistory] = field(default_factory=dict)
+    skills: list[Path] = field(default_factory=list)
+    skipped_sessions: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # malformed files, read errors
+
+    @property
+    def workspace(self) -> Path:
+        return self.copy_to or self.home.workspace
+
+    @property
+    def unmapped(self) -> list[str]:
+        out = list(self.settings.unmapped)
+        out += [f"cron job {j.label!r}: {j.reason}" for j in self.jobs if j.spec is None]
+        out += self.skipped_sessions
+        if self.home.other_agents:
+            out.append(
+                "agents " + ", ".join(self.home.other_agents) + ": Klaw runs one agent; "
+                f"only {self.home.agent_id!r} was imported"
+            )
+        return out
+
+    def render(self) -> str:
+        """The plan as the owner reads it (`--dry-run`, and before applying)."""
+        s = self.settings
+        out = io.StringIO()
+
+        def p(line: str = "") -> None:
+            print(line, file=out)
+
+        p(f"OpenClaw home: {self.home.root} (config {self.home.config_path or 'missing'})")
+        ws = self.home.workspace
+        present = [n for n in WORKSPACE_FILES if (ws / n).is_file()]
+        logs = sorted((ws / "memory").glob("*.md")) if (ws / "memory").is_dir() else []
+        if self.copy_to is None:
+            p(f"workspace: use {ws} in place (engine.yaml `workspace`)")
+        else:
+            p(f"workspace: copy {ws} to {self.copy_to} (files already there are kept)")
+        p(f"  {', '.join(present) or 'no persona files'}; {len(logs)} daily log(s)")
+        p("engine.yaml:")
+        for pid, prov in s.providers.items():
+            key = prov.get("apiKey", "no key")
+            p(f"  provider {pid}: {prov['type']} {prov['endpoint']} key {key}")
+        for mid in s.models:
+            p(f"  model {mid}")
+        if s.default:
+            p(f"  routing.default {s.default}; fallback {', '.join(s.fallback) or 'none'}")
+        for k, v in s.heartbeat.items():
+            p(f"  scheduler.heartbeat.{k} {v}")
+        p("gateway:")
+        if s.telegram_token:
+            p(f"  channels.telegram.token {s.telegram_token}")
+        if s.allow_all:
+            p("  channels.telegram.allowAll true (OpenClaw served every sender)")
+        for chat, src in s.allowed:
+            p(f"  allow {chat} (from {src})")
+        p(f"cron jobs: {sum(1 for j in self.jobs if j.spec)} of {len(self.jobs)}")
+        for j in self.jobs:
+            if j.spec is not None:
+                state = "" if j.spec.enabled else " [paused]"
+                to = j.spec.inject_into or "log only"
+                note = f" ({j.reason})" if j.reason else ""
+                p(f"  {j.spec.name}: {j.spec.cron} ({j.spec.timezone}) -> {to}{state}{note}")
+        total = sum(c.messages for c in self.chats.values())
+        p(f"conversations: {total} message(s) into {len(self.chats)} chat(s)")
+        for hist in self.chats.values():
+            p(f"  {hist.chat_id}: {hist.messages} from {len(hist.transcripts)} session(s)")
+        if self.skills:
+            p("skills: " + ", ".join(sk.name for sk in self.skills) + " (into Klaw's skills)")
+        if s.env_to_set:
+            p("set in the environment (Klaw never copies keys; for systemd: engine.env):")
+            for e in s.env_to_set:
+                p(f"  {e}")
+        if self.unmapped:
+            p("not imported:")
+            for u in self.unmapped:
+                p(f"  - {u}")
+        if self.problems or self.home.problems:
+            p("problems (skipped, the rest is imported):")
+            for pr in self.home.problems + self.problems:
+                p(f"  ! {pr}")
+        return out.getvalue()
+
+
+def _owner_chat(home: Home, settings: Settings, sessions: dict[str, Any]) -> str | None:
+    main = sessions.get(f"agent:{home.agent_id}:main")
+    if isinstance(main, dict):
+        chat = chat_for_key("", main, None)
+        if chat:
+            return chat
+    return settings.owner_chat
+
+
+def build_plan(home: Home, *, copy_to: Path | None = None, zone: str | None = None) -> ImportPlan:
+    from klaw.scheduler.control import system_zone
+
+    settings = map_settings(home)
+    plan = ImportPlan(home, copy_to, settings)
+    user_zone = home.get("agents", "defaults", "userTimezone")
+    if isinstance(user_zone, str) and user_zone.strip():
+        zone = user_zone.strip()  # OpenClaw's owner zone: jobs without their own `tz`
+    # --- transcripts ---------------------------------------------------------
+    sessions_dir = home.sessions_dir
+    index = home.read(sessions_dir / "sessions.json", "session index")
+    index = index if isinstance(index, dict) else {}
+    owner = _owner_chat(home, settings, index)
+    settings.owner_chat = owner or settings.owner_chat
+    if owner and owner not in [a for a, _ in settings.allowed] and owner.startswith("telegram_"):
+        settings.allowed.insert(0, (owner, "the main session's chat"))
+    by_file: dict[Path, str | None] = {}
+    for key, entry in index.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("sessionId"), str):
+            continue
+        path = Path(entry.get("sessionFile") or sessions_dir / f"{entry['sessionId']}.jsonl")
+        if not path.is_absolute() or not path.exists():
+            path = sessions_dir / path.name
+        by_file[path.resolve()] = chat_for_key(key, entry, owner)
+        if by_file[path.resolve()] is None:
+            plan.skipped_sessions.append(f"session {key}: a job or hook run, not a conversation")
+    files = sorted(sessions_dir.glob("*.jsonl")) + sorted(sessions_dir.glob("*.jsonl.reset.*"))
+    for path in files:
+        chat = by_file.get(path.resolve(), owner)
+        if chat is None:
+            continue
+        channel = chat.split("_", 1)[0]
+        try:
+            t = read_transcript(path, chat, channel)
+        except OSError as exc:
+            plan.problems.append(f"{path}: {exc.strerror or exc}; not imported")
+            continue
+        for n, why in t.skipped_lines[:5]:
+            plan.problems.append(f"{path.name}:{n}: {why}; line skipped")
+        if len(t.skipped_lines) > 5:
+            plan.problems.append(
+                f"{path.name}: {len(t.skipped_lines) - 5} more bad line(s) skipped"
+            )
+        if t.records:
+            plan.chats.setdefault(chat, ChatHistory(chat)).transcripts.append(t)
+    if files and owner is None and not plan.chats:
+        plan.problems.append("no chat to put the transcripts in (no Telegram owner found)")
+    for hist in plan.chats.values():
+        hist.transcripts.sort(key=lambda t: t.records[0].ts)
+    # --- cron ------------------------------------------------------------------
+    store = home.read(home.cron_store, "cron jobs")
+    if store is not None:
+        jobs = store.get("jobs") if isinstance(store, dict) else store
+        if not isinstance(jobs, list):
+            plan.problems.append(f"{home.cron_store}: no `jobs` list; cron jobs not imported")
+            jobs = []
+        taken: set[str] = set()
+        for job in jobs:
+            if isinstance(job, dict):
+                plan.jobs.append(
+                    map_job(
+                        job,
+                        zone=zone or system_zone(),
+                        owner_chat=owner,
+                        models=settings.model_map,
+                        taken=taken,
+                    )
+                )
+            elif job:
+                plan.problems.append(f"{home.cron_store}: a job that is not an object; skipped")
+    # --- skills the owner installed for every agent (~/.openclaw/skills) --------
+    if home.managed_skills.is_dir():
+        plan.skills = sorted(d for d in home.managed_skills.iterdir() if (d / "SKILL.md").is_file())
+    if home.sqlite_era():
+        plan.problems.append(
+            "this OpenClaw keeps sessions and cron in SQLite ("
+            + ", ".join(str(p) for p in home.sqlite_era())
+            + "): the JSON files read here may be stale"
+        )
+    return plan
+
+
+# --------------------------------------------------------------------------- apply
+
+
+@dataclass
+class ImportReport:
+    changed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # present already, or the owner's own value
+    messages: int = 0
+    jobs_added: int = 0
+    reindexed: bool = False
+
+
+def _yaml() -> Any:
+    from ruamel.yaml import YAML
+
+    y = YAML()
+    y.preserve_quotes = True
+    y.width = 100
+    return y
+
+
+def _edit_yaml(path: Path, default_text: str, edit: Any) -> bool:
+    """Loads `path` (or the default text), lets `edit(data)` change it, writes it back
+    atomically when anything changed; True if it did."""
+    from klaw.fsutil import replace_durably
+
+    y = _yaml()
+    text = path.read_text(encoding="utf-8") if path.exists() else default_text
+    data = y.load(text)
+    if data is None:
+        data = y.load("{}")
+    if not edit(data) and path.exists():
+        return False
+    buf = io.StringIO()
+    y.dump(data, buf)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".import-tmp")
+    tmp.write_text(buf.getvalue(), encoding="utf-8")
+    tmp.chmod(0o600)
+    replace_durably(tmp, path)
+    return True
+
+
+def _section(data: Any, *keys: str) -> Any:
+    from ruamel.yaml.comments import CommentedMap
+
+    for k in keys:
+        if not isinstance(data.get(k), dict):
+            data[k] = CommentedMap()
+        data = data[k]
+    return data
+
+
+def _engine_edits(plan: ImportPlan, report: ImportReport) -> Any:
+    from klaw.config import RoutingConfig
+
+    s = plan.settings
+    defaults = RoutingConfig()
+
+    def edit(data: Any) -> bool:
+        changed = False
+        ws = str(plan.workspace)
+        if data.get("workspace") != ws:
+            data["workspace"] = ws
+            report.changed.append(f"engine.yaml workspace: {ws}")
+            changed = True
+        providers = _section(data, "providers")
+        for pid, entry in s.providers.items():
+            if pid in providers:
+                same = providers[pid].get("endpoint") == entry["endpoint"]
+                report.kept.append(f"provider {pid}" + ("" if same else " (yours differs)"))
+                continue
+            providers[pid] = dict(entry)
+            report.changed.append(f"provider {pid}")
+            changed = True
+        models = _section(data, "models")
+        for mid, entry in s.models.items():
+            if mid in models:
+                report.kept.append(f"model {mid}")
+                continue
+            models[mid] = dict(entry)
+            report.changed.append(f"model {mid}")
+            changed = True
+        routing = _section(data, "routing")
+        if s.default:
+            current = routing.get("default", defaults.default)
+            if current in (defaults.default, s.default):
+                if current != s.default:
+                    routing["default"] = s.default
+                    report.changed.append(f"routing.default {s.default}")
+                    changed = True
+            else:
+                report.kept.append(f"routing.default {current} (yours; OpenClaw's {s.default})")
+            fallback = list(routing.get("fallback", defaults.fallback))
+            if fallback == defaults.fallback and fallback != s.fallback:
+                routing["fallback"] = list(s.fallback)
+                report.changed.append(f"routing.fallback {s.fallback}")
+                changed = True
+        if s.heartbeat:
+            hb = _section(data, "scheduler", "heartbeat")
+            for key, value in s.heartbeat.items():
+                if hb.get(key) in (None, value) or (key == "cron" and hb.get(key) == "0 0 * * * ?"):
+                    if hb.get(key) != value:
+                        hb[key] = value
+                        report.changed.append(f"scheduler.heartbeat.{key} {value}")
+                        changed = True
+                else:
+                    report.kept.append(f"scheduler.heartbeat.{key} {hb.get(key)} (yours)")
+        return changed
+
+    return edit
+
+
+def _gateway_edits(plan: ImportPlan, report: ImportReport) -> Any:
+    s = plan.settings
+
+    def edit(data: Any) -> bool:
+        changed = False
+        tg = _section(data, "channels", "telegram")
+        if s.telegram_token and tg.get("token") in (None, "", "${TELEGRAM_BOT_TOKEN}"):
+            if tg.get("token") != s.telegram_token:
+                tg["token"] = s.telegram_token
+                report.changed.append(f"gateway.yaml telegram token {s.telegram_token}")
+                changed = True
+        if s.allow_all and not tg.get("allowAll"):
+            tg["allowAll"] = True
+            report.changed.append("gateway.yaml telegram allowAll true")
+            changed = True
+        return changed
+
+    return edit
+
+
+def _copy_workspace(src: Path, dst: Path, report: ImportReport) -> None:
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if any(part in _SKIP_DIRS for part in rel.parts) or not path.is_file():
+            continue
+        target = dst / rel
+        if target.exists():
+            if target.read_bytes() != path.read_bytes():
+                report.kept.append(f"workspace {rel} (yours differs; OpenClaw's not copied)")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        report.changed.append(f"workspace {rel}")
+
+
+def _write_history(plan: ImportPlan, paths: KlawPaths, report: ImportReport) -> None:
+    from klaw.gateway.logbook import LogBook
+    from klaw.wire.protocol import LogLine
+
+    book = LogBook(paths.conversations)
+
+    def line(r: Record) -> LogLine:
+        return LogLine(
+            id=r.id, ts=datetime.fromisoformat(r.ts), role=r.role,  # type: ignore[arg-type]
+            type=r.type,
+            content=r.content, meta=r.meta,
+        )  # fmt: skip
+
+    for chat in plan.chats.values():
+        lines: list[LogLine] = []
+        for n, t in enumerate(chat.transcripts):
+            if n > 0:  # OpenClaw's /new between sessions: a fresh context in Klaw too
+                first = t.records[0]
+                lines.append(
+                    LogLine(
+                        id=f"oc-break-{first.id}",
+                        ts=datetime.fromisoformat(first.ts),
+                        role="system",
+                        type="session_break",
+                        meta={"reason": "openclaw_session", "imported": "openclaw"},
+                    )
+                )
+            lines.extend(line(r) for r in t.records)
+        written = book.write(chat.chat_id, lines)
+        report.messages += written
+        if written:
+            report.changed.append(f"conversation {chat.chat_id}: {written} line(s)")
+        else:
+            report.kept.append(f"conversation {chat.chat_id} (imported before)")
+
+
+def _store_jobs(plan: ImportPlan, paths: KlawPaths, report: ImportReport) -> None:
+    from klaw.scheduler.service import store_jobs
+
+    specs = [j.spec for j in plan.jobs if j.spec is not None]
+    if not specs:
+        return
+    for spec, added in store_jobs(paths.scheduler_db, specs):
+        if added:
+            report.jobs_added += 1
+            report.changed.append(f"job {spec.name}")
+        else:
+            report.kept.append(f"job {spec.name} (imported before)")
+
+
+def _approve(plan: ImportPlan, paths: KlawPaths, report: ImportReport) -> None:
+    from klaw.gateway.access import Approvals, PairingCode
+
+    approvals = Approvals(paths.approved_chats)
+    known = approvals.ids()
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    for chat, source in plan.settings.allowed:
+        if chat in known:
+            report.kept.append(f"allowed chat {chat}")
+            continue
+        approvals.add(
+            PairingCode("openclaw", chat, chat.split("_", 1)[1], f"OpenClaw {source}", now)
+        )
+        report.changed.append(f"allowed chat {chat}")
+
+
+def _copy_skills(plan: ImportPlan, paths: KlawPaths, report: ImportReport) -> None:
+    for src in plan.skills:
+        dst = paths.skills / src.name
+        if dst.exists():
+            report.kept.append(f"skill {src.name}")
+            continue
+        shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns(*_SKIP_DIRS))
+        report.changed.append(f"skill {src.name} (checked like any skill: `klaw skills check`)")
+
+
+def apply_plan(plan: ImportPlan, paths: KlawPaths, *, reindex: bool = True) -> ImportReport:
+    """Carries out `plan`; the caller holds both daemons' locks."""
+    from klaw.config import default_engine_yaml, default_gateway_yaml, load_engine_config
+
+    report = ImportReport()
+    if plan.copy_to is not None:
+        plan.copy_to.mkdir(parents=True, exist_ok=True)
+        _copy_workspace(plan.home.workspace, plan.copy_to, report)
+    elif not plan.home.workspace.is_dir():
+        raise InvalidInput(f"OpenClaw's workspace {plan.home.workspace} does not exist")
+    _edit_yaml(paths.engine_config, default_engine_yaml(), _engine_edits(plan, report))
+    _edit_yaml(paths.gateway_config, default_gateway_yaml(), _gateway_edits(plan, report))
+    load_engine_config(paths.engine_config)  # what was written must load; raises naming the key
+    _approve(plan, paths, report)
+    _copy_skills(plan, paths, report)
+    _write_history(plan, paths, report)
+    _store_jobs(plan, paths, report)
+    if reindex:
+        from klaw.config import resolve_workspace
+        from klaw.memory.api import rebuild
+
+        config = load_engine_config(paths.engine_config)
+        here = dataclasses.replace(paths, workspace=resolve_workspace(config))
+        rebuild(here, config, progress=False, lock=False)  # the caller holds the lock
+        report.reindexed = True
+    return report
