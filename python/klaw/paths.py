@@ -132,6 +132,11 @@ class KlawPaths:
         return self.state_dir / "pairing.json"
 
     @property
+    def skill_choices(self) -> Path:
+        """Skills the owner enabled or disabled by name (`klaw skills enable|disable`)."""
+        return self.config_dir / "skills.json"
+
+    @property
     def approved_chats(self) -> Path:
         """Chats approved with `klaw pair approve`, added to gateway.yaml's allowedChatIds."""
         return self.config_dir / "allowed-chats.json"

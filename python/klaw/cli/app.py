@@ -193,6 +193,19 @@ def _import_openclaw(a: argparse.Namespace) -> int:
     return import_openclaw(a.path, dry_run=a.dry_run, copy_to=a.copy_to, reindex=a.reindex)
 
 
+def _skills(a: argparse.Namespace) -> int:
+    from klaw.cli import skills_cmds
+
+    action = a.skills_action
+    if action == "list":
+        return skills_cmds.skills_list(a.json)
+    if action == "show":
+        return skills_cmds.skills_show(a.name)
+    if action == "check":
+        return skills_cmds.skills_check(a.name)
+    return skills_cmds.skills_toggle(a.name, action == "enable")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="klaw", description="Klaw: a light, reliable personal AI agent."
@@ -309,6 +322,29 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="JSON output")
     sp = cmd(ssub, "run", "Run a job once now (its schedule is unchanged).", _schedule)
     sp.set_defaults(schedule_action="run")
+    sp.add_argument("name")
+
+    skl = sub.add_parser(
+        "skills",
+        help="Skills: what is installed, what is off and why, the safety check.",
+        description="Skills (OpenClaw's SKILL.md format). See docs/skills.md.",
+    )
+    skl.set_defaults(handler=lambda a: _usage(skl))
+    ksub = skl.add_subparsers(dest="skills_command", metavar="COMMAND")
+    sp = cmd(ksub, "list", "Skills, their chat command and whether they are on.", _skills)
+    sp.set_defaults(skills_action="list")
+    sp.add_argument("--json", action="store_true", help="JSON output")
+    sp = cmd(ksub, "show", "One skill: requirements, state, files, findings.", _skills)
+    sp.set_defaults(skills_action="show")
+    sp.add_argument("name")
+    sp = cmd(ksub, "check", "The safety check (exit 1 when a flagged skill is off).", _skills)
+    sp.set_defaults(skills_action="check")
+    sp.add_argument("name", nargs="?")
+    sp = cmd(ksub, "enable", "Turn a skill on by name (also a flagged one).", _skills)
+    sp.set_defaults(skills_action="enable")
+    sp.add_argument("name")
+    sp = cmd(ksub, "disable", "Turn a skill off by name.", _skills)
+    sp.set_defaults(skills_action="disable")
     sp.add_argument("name")
 
     imp = sub.add_parser(

@@ -152,6 +152,8 @@ class ContextInput:
     window_cap: int  # context.slidingWindow or context.subagentWindow
     tools: Sequence[ToolSchema] = ()
     skills: Sequence[tuple[str, str]] = ()  # (name, description)
+    # (command, skill): the user called a skill's chat command (`/image_lab ...`)
+    invoked_skill: tuple[str, str] | None = None
     chat_kind: ChatKind = "private"
     allow_private_memory_in_groups: bool = False
     count_tokens: TokenCounterFn = _DEFAULT_COUNTER
@@ -514,12 +516,18 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
         tail.append(("core_memory", _section("Core Memory", inp.core_memory)))
     if inp.summary and inp.summary.strip():
         tail.append(("summary", _section("Earlier in This Conversation", inp.summary)))
-    if inp.skills:
+    if inp.skills or inp.invoked_skill:
         lines = [
             f"- {name}: {' '.join(desc.split())}" if desc.strip() else f"- {name}"
             for name, desc in inp.skills
         ]
         lines.append("Load a skill's full instructions with `skill_load` before using it.")
+        if inp.invoked_skill:
+            command, skill = inp.invoked_skill
+            lines.append(
+                f"The user's last message calls /{command}: load the skill `{skill}` with "
+                "`skill_load` now and follow it for what they wrote after the command."
+            )
         tail.append(("skills", _section("Available Skills", "\n".join(lines))))
     # The clock goes last: what precedes it stays byte-identical between calls, so
     # llama.cpp and providers' prompt caches reuse the prefix (docs/decisions.md).

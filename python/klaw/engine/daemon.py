@@ -101,7 +101,7 @@ async def run(
     try:
         if memory_factory is not None:
             memory = await asyncio.to_thread(memory_factory)
-        commands = _command_menu(config)
+        commands = _command_menu(config, paths)
         server = EngineServer(
             paths,
             memory=memory,
@@ -328,10 +328,23 @@ async def _open_sandbox(config: EngineConfig, paths: KlawPaths) -> Sandbox | Non
     return await asyncio.to_thread(Sandbox.open, config.code_execution, paths)
 
 
-def _command_menu(config: EngineConfig | None) -> list[CommandInfo]:
+def _command_menu(config: EngineConfig | None, paths: KlawPaths) -> list[CommandInfo]:
+    """engine.yaml's `commands`, then the chat commands of user-invocable skills."""
     if config is None:
         return []
-    return [CommandInfo(name=c.name, description=c.description) for c in config.commands]
+    menu = [CommandInfo(name=c.name, description=c.description) for c in config.commands]
+    try:
+        from klaw.tools.skills import SkillCatalog
+
+        catalog = SkillCatalog.for_paths(paths, config)
+        for name, skill in catalog.commands({c.name for c in config.commands}).items():
+            desc = (
+                skill.description if len(skill.description) <= 100 else skill.description[:99] + "…"
+            )
+            menu.append(CommandInfo(name=name, description=desc or skill.name, prompt=True))
+    except Exception:  # a broken skill folder must not stop the engine
+        log.exception("skill commands could not be listed")
+    return menu
 
 
 def _pipeline(

@@ -61,7 +61,7 @@ from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, LlmResponse, Message, Usage
 from klaw.memory.rows import with_content
 from klaw.retry import Backoff
-from klaw.wire.loglines import inbound_line, line_row, outbound_line
+from klaw.wire.loglines import command_text, inbound_line, line_row, outbound_line
 from klaw.wire.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
 from klaw.wire.record import to_iso
 
@@ -279,6 +279,19 @@ class Pipeline:
         (the job's run fails and the scheduler records it). A `lean` turn (the
         heartbeat) gets no AGENTS.md, skills by name only and `LEAN_TOOLS`.
         """
+        skill = (
+            await asyncio.to_thread(self._skill_for, msg.name) if isinstance(msg, Command) else None
+        )
+        if isinstance(msg, Command) and skill is not None:
+            # A skill's chat command is a request to the model, not an engine command.
+            msg = Inbound(
+                id=msg.id,
+                channel=msg.channel,
+                chat_id=msg.chat_id,
+                ts=msg.ts,
+                content=command_text(msg),
+                meta=msg.meta,
+            )
         row = line_row(inbound_line(msg), msg.channel, msg.chat_id)
         # Stored in a worker thread (a write may wait behind indexing: never on the
         # loop); the chat's intake lock keeps arrival order from storing to queueing.
@@ -463,6 +476,7 @@ class Pipeline:
         model, limits, rows, core_text, skills, summary = await asyncio.to_thread(
             self._inputs, chat_id, first_ts, latest, own, batch
         )
+        invoked = await asyncio.to_thread(self._invoked, batch)
         group = any(m.meta.group for m in batch.messages)
         if self._core_problem is not None and not group:
             await self._warn_core(batch, latest)
@@ -481,6 +495,7 @@ class Pipeline:
                 channel=last.channel,
                 tools=registry.schemas() if self._tools_for(model) else [],
                 skills=skills,
+                invoked_skill=invoked,
                 chat_kind="group" if group else "private",
                 skip_files=LEAN_SKIPPED_FILES if batch.lean else frozenset(),
             )
@@ -734,12 +749,35 @@ class Pipeline:
             self._registries[chat_id] = registry
         return registry
 
+    def skill_commands(self) -> dict[str, str]:
+        """Chat command -> skill name, for the owner's user-invocable skills."""
+        try:
+            from klaw.tools.skills import SkillCatalog
+
+            catalog = SkillCatalog.for_paths(self.paths, self.config)
+            builtin = {c.name for c in self.config.commands}
+            return {cmd: s.name for cmd, s in catalog.commands(builtin).items()}
+        except Exception:  # a broken skill folder must not stop the reply
+            log.exception("skill commands could not be listed")
+            return {}
+
+    def _skill_for(self, command: str) -> str | None:
+        return self.skill_commands().get(command.lower())
+
+    def _invoked(self, batch: _Batch) -> tuple[str, str] | None:
+        text = batch.messages[-1].content.lstrip()
+        if not text.startswith("/"):
+            return None
+        command = text[1:].split(maxsplit=1)[0].split("@")[0].lower() if len(text) > 1 else ""
+        skill = self._skill_for(command) if command else None
+        return (command, skill) if skill else None
+
     def _skills(self) -> list[tuple[str, str]]:
         try:
             from klaw.tools.skills import SkillCatalog
 
-            catalog = SkillCatalog(self.paths.workspace / "skills", self.paths.skills)
-            return [(s.name, s.description) for s in catalog.skills().values()]
+            catalog = SkillCatalog.for_paths(self.paths, self.config)
+            return [(s.name, s.description) for s in catalog.offered().values()]
         except Exception:  # a broken skill folder must not stop the reply
             log.exception("skills could not be listed")
             return []

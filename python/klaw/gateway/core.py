@@ -106,6 +106,7 @@ class Gateway:
         self._typing: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._commands: list[tuple[str, str]] | None = None
+        self._prompt_commands: frozenset[str] = frozenset()  # skills' commands: messages
         self._sent_on_link: set[str] = set()  # ids sent on the current engine connection
         for msg in self.buffer.pending():  # their replies are still due after a restart
             self.access.note_inbound(msg.chat_id)
@@ -217,7 +218,7 @@ class Gateway:
             reply_to=inc.reply_to,
             attachments=[self._relative(a) for a in inc.attachments],
         )
-        if inc.kind == "command":
+        if inc.kind == "command" and inc.command not in self._prompt_commands:
             return Command(
                 id=inc.id,
                 channel=inc.channel,
@@ -353,6 +354,7 @@ class Gateway:
             return False
         self.engine_pid = reply.pid
         commands = [(c.name, c.description) for c in reply.commands]
+        self._prompt_commands = frozenset(c.name for c in reply.commands if c.prompt)
         if commands != self._commands:
             self._commands = commands
             self._spawn(self._set_commands(commands), "klaw-set-commands")

@@ -56,7 +56,7 @@ def _r(pattern: str) -> re.Pattern[str]:
 _FETCH = r"(?:curl|wget|fetch|iwr|irm|invoke-webrequest|invoke-restmethod)\b"
 _SHELL = r"(?:ba|z|k|da)?sh\b|python[0-9.]*\b|perl\b|ruby\b|node\b|iex\b|invoke-expression\b"
 _CRED_FILES = (
-    r"~?/?\.ssh/|id_rsa|id_ed25519|\.aws/credentials|\.netrc\b|\.gnupg|\.docker/config\.json"
+    r"\.ssh\b|id_rsa|id_ed25519|\.aws/credentials|\.netrc\b|\.gnupg|\.docker/config\.json"
     r"|\.config/gh/hosts|\.kube/config|/etc/shadow|\.git-credentials|\.npmrc|\.pypirc"
     r"|login data|cookies\.sqlite|keychain|\.openclaw/(?:credentials|openclaw\.json)"
     r"|klaw/(?:engine|gateway)\.env|auth-profiles\.json"

@@ -64,7 +64,7 @@ def builtin_tools(
     workspace = Workspace(
         paths.workspace, config.files.max_file_size_bytes, max(100, max_result_chars - 300)
     )
-    catalog = SkillCatalog(paths.workspace / "skills", paths.skills)
+    catalog = SkillCatalog.for_paths(paths, config)
     docs = Docs(memory)
     zone = config.scheduler.timezone
     return [

@@ -10,20 +10,35 @@ frontmatter is missing or broken is skipped with a warning and listed nowhere, s
 bad file never hides the others. The directories are scanned on every call (a few
 small reads), so skills added while the engine runs are seen at once; each warning is
 logged once per problem.
+
+OpenClaw's and ClawHub's frontmatter is read as they write it (`klaw.skills.meta`): a
+skill whose requirements are missing here is not offered, `disable-model-invocation`
+keeps it out of the model's list (its chat command still works), and a skill that
+`klaw skills check` flags (`klaw.skills.scan`) is off until the owner enables it by
+name. A skill is instructions only: it never adds a tool, a mount or a permission.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
+from klaw.skills.meta import SkillMeta, command_name, read_meta, unmet
+from klaw.skills.scan import Finding, scan_skill
+from klaw.skills.state import SkillChoices
 from klaw.tools.base import Tool, ToolError
+
+if TYPE_CHECKING:
+    from klaw.config import EngineConfig
+    from klaw.paths import KlawPaths
 
 __all__ = [
     "BUILTIN_SKILLS_DIR",
@@ -31,6 +46,7 @@ __all__ = [
     "SkillCatalog",
     "SkillList",
     "SkillLoad",
+    "SkillStatus",
     "parse_frontmatter",
 ]
 
@@ -44,12 +60,52 @@ MAX_SKILL_BYTES = 256 * 1024
 BUILTIN_SKILLS_DIR = Path(str(resources.files("klaw.defaults").joinpath("skills")))
 
 
+#: A resource read through `skill_load(file=...)` is cut here.
+MAX_RESOURCE_BYTES = 128 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class Skill:
     name: str
     description: str
     path: Path
     origin: str  # "workspace", "system" or "builtin"
+    meta: SkillMeta = field(default_factory=SkillMeta)
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+
+@dataclass(frozen=True, slots=True)
+class SkillStatus:
+    """Whether a skill is offered, and why not."""
+
+    skill: Skill
+    unmet: tuple[str, ...]  # requirements missing on this machine
+    findings: tuple[Finding, ...]  # what the safety check saw
+    flagged: bool  # a critical finding: off until enabled by name
+    enabled_by_owner: bool
+    disabled_by_owner: bool
+
+    @property
+    def available(self) -> bool:
+        if self.disabled_by_owner or self.unmet:
+            return False
+        return not self.flagged or self.enabled_by_owner
+
+    @property
+    def why_not(self) -> str:
+        if self.disabled_by_owner:
+            return "disabled by the owner (`klaw skills enable` turns it back on)"
+        if self.unmet:
+            return "; ".join(self.unmet)
+        if self.flagged and not self.enabled_by_owner:
+            return (
+                "flagged by the safety check (`klaw skills check " + self.skill.name + "`); "
+                "off until the owner runs `klaw skills enable " + self.skill.name + "`"
+            )
+        return ""
 
 
 def parse_frontmatter(text: str) -> dict[str, Any]:
@@ -88,11 +144,27 @@ class SkillCatalog:
         workspace_dir: Path,
         system_dir: Path,
         builtin_dir: Path | None = BUILTIN_SKILLS_DIR,
+        *,
+        choices: Path | None = None,
+        config: EngineConfig | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.workspace_dir = Path(workspace_dir)
         self.system_dir = Path(system_dir)
         self.builtin_dir = None if builtin_dir is None else Path(builtin_dir)
+        self.choices_path = choices
+        self.config = config
+        self.env = env
         self._warned: set[str] = set()
+        # folder -> (signature of its files, findings): a scan runs again only on change
+        self._scans: dict[Path, tuple[tuple[tuple[str, int, int], ...], tuple[Finding, ...]]] = {}
+
+    @classmethod
+    def for_paths(cls, paths: KlawPaths, config: EngineConfig | None = None) -> SkillCatalog:
+        """The catalog of a Klaw home: its workspace's, the system and built-in skills."""
+        return cls(
+            paths.workspace / "skills", paths.skills, choices=paths.skill_choices, config=config
+        )
 
     def _warn(self, message: str, level: int = logging.WARNING) -> None:
         if message not in self._warned:
@@ -124,7 +196,8 @@ class SkillCatalog:
                     f"({found[name].path.parent.name}/, {sub.name}/), using the first"
                 )
                 continue
-            found[name] = Skill(name, " ".join(meta["description"].split()), path, origin)
+            desc = " ".join(meta["description"].split())
+            found[name] = Skill(name, desc, path, origin, read_meta(meta))
         return found
 
     def skills(self) -> dict[str, Skill]:
@@ -149,9 +222,65 @@ class SkillCatalog:
     def get(self, name: str) -> Skill | None:
         return self.skills().get(name.strip())
 
+    def _findings(self, skill: Skill) -> tuple[Finding, ...]:
+        if skill.origin == "builtin":
+            return ()  # shipped with Klaw
+        folder = skill.folder
+        try:
+            sig = tuple(
+                (str(p), int(st.st_mtime_ns), st.st_size)
+                for p in sorted(folder.rglob("*"))
+                for st in (p.lstat(),)
+            )
+        except OSError:
+            sig = ()
+        cached = self._scans.get(folder)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
+        found = tuple(scan_skill(folder))
+        self._scans[folder] = (sig, found)
+        return found
+
+    def status(self, skill: Skill, choices: SkillChoices | None = None) -> SkillStatus:
+        if choices is None:
+            choices = SkillChoices.load(self.choices_path) if self.choices_path else SkillChoices()
+        findings = self._findings(skill)
+        problems = list(skill.meta.problems)
+        missing = unmet(skill.meta, config=self.config, env=self.env or os.environ)
+        return SkillStatus(
+            skill,
+            tuple(problems + missing),
+            findings,
+            any(f.severity == "critical" for f in findings),
+            skill.name in choices.enabled,
+            skill.name in choices.disabled,
+        )
+
+    def statuses(self) -> dict[str, SkillStatus]:
+        choices = SkillChoices.load(self.choices_path) if self.choices_path else SkillChoices()
+        return {name: self.status(s, choices) for name, s in self.skills().items()}
+
+    def offered(self) -> dict[str, Skill]:
+        """The skills the model sees: available here and not kept from the model."""
+        return {
+            n: st.skill
+            for n, st in self.statuses().items()
+            if st.available and st.skill.meta.model_invocable
+        }
+
+    def commands(self, taken: set[str]) -> dict[str, Skill]:
+        """Chat command -> skill, for the available user-invocable skills (OpenClaw's
+        names: `image-lab` is `/image_lab`); `taken` holds the built-in commands."""
+        used = set(taken)
+        out: dict[str, Skill] = {}
+        for st in self.statuses().values():
+            if st.available and st.skill.meta.user_invocable:
+                out[command_name(st.skill.name, used)] = st.skill
+        return out
+
     def prompt_line(self) -> str:
         """`Available skills: a (…), b (…)` for the system prompt; '' when there are none."""
-        skills = self.skills()
+        skills = self.offered()
         if not skills:
             return ""
         return "Available skills: " + ", ".join(
@@ -167,7 +296,7 @@ class SkillList(Tool):
         self.catalog = catalog
 
     async def run(self, args: dict[str, Any]) -> str:
-        skills = await asyncio.to_thread(self.catalog.skills)
+        skills = await asyncio.to_thread(self.catalog.offered)
         if not skills:
             return "No skills are installed."
         return "\n".join(f"- {s.name}: {s.description}" for s in skills.values())
@@ -175,10 +304,17 @@ class SkillList(Tool):
 
 class SkillLoad(Tool):
     name = "skill_load"
-    description = "Load the full instructions (SKILL.md) of a skill named by skill_list."
+    description = (
+        "Load the full instructions (SKILL.md) of a skill named by skill_list, or with "
+        "`file` one of its resources (a path inside the skill's folder, e.g. "
+        "'references/api.md')."
+    )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
-        "properties": {"name": {"type": "string", "minLength": 1}},
+        "properties": {
+            "name": {"type": "string", "minLength": 1},
+            "file": {"type": "string", "minLength": 1, "maxLength": 500},
+        },
         "required": ["name"],
         "additionalProperties": False,
     }
@@ -186,20 +322,53 @@ class SkillLoad(Tool):
     def __init__(self, catalog: SkillCatalog) -> None:
         self.catalog = catalog
 
-    def _load(self, name: str) -> str:
+    def _skill(self, name: str) -> Skill:
         skills = self.catalog.skills()
         skill = skills.get(name.strip())
         if skill is None:
-            known = ", ".join(skills) or "none are installed"
+            known = ", ".join(self.catalog.offered()) or "none are installed"
             raise ToolError(f"Unknown skill {name!r}. Available skills: {known}")
+        status = self.catalog.status(skill)
+        if not status.available:
+            raise ToolError(f"Skill {skill.name!r} is not available: {status.why_not}")
+        return skill
+
+    def _load(self, name: str, file: str | None) -> str:
+        skill = self._skill(name)
+        if file is not None:
+            return self._resource(skill, file)
         try:
             text = skill.path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             raise ToolError(f"Skill {skill.name!r} could not be read") from None
+        folder = skill.folder.name
         if skill.origin == "workspace":
-            folder = f"skills/{skill.path.parent.name}/"
-            text += f"\n\n[This skill's files are in the workspace under {folder}; use file_read.]"
+            # Scripts run in code_execute, where the workspace's skills are at /skills.
+            text = text.replace("{baseDir}", f"/skills/{folder}")
+            text += (
+                f"\n\n[This skill's folder: skills/{folder}/ in the workspace (file_read, or "
+                f"skill_load with `file`); /skills/{folder} inside code_execute.]"
+            )
+        elif any(p.is_file() and p != skill.path for p in skill.folder.rglob("*")):
+            text = text.replace("{baseDir}", f"<{skill.name} skill folder>")
+            text += "\n\n[Read this skill's other files with skill_load and `file`.]"
+        return text
+
+    def _resource(self, skill: Skill, file: str) -> str:
+        root = skill.folder.resolve()
+        target = (root / file).resolve()
+        if not target.is_relative_to(root) or target == root:
+            raise ToolError(f"{file!r} is outside the skill's folder")
+        if not target.is_file():
+            raise ToolError(f"Skill {skill.name!r} has no file {file!r}")
+        with target.open("rb") as f:
+            raw = f.read(MAX_RESOURCE_BYTES + 1)
+        if b"\0" in raw[:8192]:
+            raise ToolError(f"{file!r} is a binary file; use it from code_execute")
+        text = raw[:MAX_RESOURCE_BYTES].decode("utf-8", errors="replace")
+        if len(raw) > MAX_RESOURCE_BYTES:
+            text += f"\n[cut at {MAX_RESOURCE_BYTES // 1024} KB]"
         return text
 
     async def run(self, args: dict[str, Any]) -> str:
-        return await asyncio.to_thread(self._load, args["name"])
+        return await asyncio.to_thread(self._load, args["name"], args.get("file"))

@@ -214,6 +214,9 @@ class Register(_Model):
 class CommandInfo(_Model):
     name: str
     description: str = ""
+    # A skill's command: the gateway sends `/name args` to the engine as a message
+    # (the model runs the skill), not as a Command.
+    prompt: bool = False
 
 
 class Registered(_Model):
