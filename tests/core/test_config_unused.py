@@ -60,21 +60,21 @@ def test_one_line_per_planned_key_set_to_something_else(
         .replace("subagentWindow: 5 ", "subagentWindow: 3 ")
         .replace("enabled: false\n    sync:", "enabled: true\n    sync:")
     )
-    lines = engine(tmp_path, text, env)
-    # codeExecution landed (issue 10): its keys are read, so only OpenClaw's are reported.
-    assert keys(lines) == ["compatibility.openclaw.enabled"]
-    assert lines[0] == (
-        "compatibility.openclaw.enabled: not implemented yet (planned: OpenClaw "
-        "compatibility, issue 12); this key has no effect"
-    )
+    # Every engine.yaml capability has landed (OpenClaw compatibility with issue 12):
+    # nothing in engine.yaml is reported any more.
+    assert engine(tmp_path, text, env) == []
+    assert PLANNED_KEYS[EngineConfig] == {}
 
 
 def test_only_what_the_file_changes(tmp_path: Path, env: dict[str, str]) -> None:
     # The default written out by hand is no change.
-    same = "compatibility:\n  openclaw:\n    enabled: false\n"
-    assert engine(tmp_path, "workspace: /srv/ws\n" + same, env) == []
-    snake = "compatibility:\n  openclaw:\n    sync:\n      daily_logs: false\n"
-    assert keys(engine(tmp_path, snake, env)) == ["compatibility.openclaw.sync.daily_logs"]
+    path = tmp_path / "gateway.yaml"
+    path.write_text("channels:\n  discord:\n    enabled: false\n", encoding="utf-8")
+    assert planned_settings(load_gateway_config(path, env), env) == []
+    path.write_text("channels:\n  discord:\n    allowedChatIds: ['1']\n", encoding="utf-8")
+    assert keys(planned_settings(load_gateway_config(path, env), env)) == [
+        "channels.discord.allowedChatIds"
+    ]
 
 
 def test_discord_in_gateway_yaml(tmp_path: Path, env: dict[str, str]) -> None:
@@ -87,8 +87,7 @@ def test_discord_in_gateway_yaml(tmp_path: Path, env: dict[str, str]) -> None:
 
 def test_planned_sections_are_read_by_nothing_else() -> None:
     # When a capability lands, its keys must leave PLANNED_KEYS (and the warning).
-    attrs = {"openclaw", "discord"}
-    assert {p[-1] for p in PLANNED_KEYS[EngineConfig]} >= {"compatibility"}
+    attrs = {"discord"}
     assert ("channels", "discord") in PLANNED_KEYS[GatewayConfig]
     readers = [
         f"{src.relative_to(PACKAGE)}: .{name}"
@@ -120,9 +119,13 @@ def test_doctor_warns_per_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert runner.invoke(app, ["init"]).exit_code == 0
     out = runner.invoke(app, ["doctor"]).output
     assert "not built yet" not in out and "no effect" not in out
-    text = paths.engine_config.read_text(encoding="utf-8")
-    text = text.replace("enabled: false\n    sync:", "enabled: true\n    sync:")
-    paths.engine_config.write_text(text, encoding="utf-8")
+    text = paths.gateway_config.read_text(encoding="utf-8")
+    monkeypatch.setenv("DISCORD_BOT_TOKEN", "456:def")
+    text = text.replace(
+        '    enabled: false\n    token: "${DISCORD_BOT_TOKEN}"',
+        '    enabled: true\n    token: "${DISCORD_BOT_TOKEN}"',
+    )
+    paths.gateway_config.write_text(text, encoding="utf-8")
     result = runner.invoke(app, ["doctor"])
-    assert "warn  engine.yaml: 1 key(s) set for features not built yet" in result.output
-    assert "compatibility.openclaw.enabled: not implemented yet (planned" in result.output
+    assert "warn  gateway.yaml: 2 key(s) set for features not built yet" in result.output
+    assert "channels.discord.enabled: not implemented yet (planned" in result.output

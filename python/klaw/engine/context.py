@@ -57,6 +57,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from klaw.llm.types import Message, Role, ToolCall, ToolSchema
 from klaw.memory.rows import StoredMessage, count_tokens_batch
+from klaw.tools.onboarding import onboarding_pending
+from klaw.workspace_text import workspace_text
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
@@ -96,8 +98,13 @@ WORKSPACE_FILES: tuple[tuple[str, str], ...] = (
     ("AGENTS.md", "Instructions"),
     ("TOOLS.md", "Environment Notes"),
     ("USER.md", "About the User"),
+    ("BOOTSTRAP.md", "First Run"),  # while onboarding is pending (tools/onboarding.py)
 )
-PRIVATE_FILES = frozenset({"USER.md"})
+PRIVATE_FILES = frozenset({"USER.md", "BOOTSTRAP.md"})
+BOOTSTRAP_NOTE = (
+    "[Klaw: save what you learn about the owner with memory_core_update as well; when "
+    "this is done, call onboarding_done instead of deleting the file.]"
+)
 
 SAFETY_MARGIN = 0.10  # share of contextBudget kept free for counting error (design §3.3)
 DEFAULT_REPLY_RESERVE = 4096  # when the model config sets no maxTokens
@@ -424,7 +431,8 @@ def _read_file_uncached(path: Path) -> tuple[str, bool] | None:
         log.warning("cannot read workspace file %s: %s", path.name, exc.strerror)
         return None
     cut = len(raw) > MAX_FILE_BYTES
-    text = raw[:MAX_FILE_BYTES].decode("utf-8", errors="replace").strip()
+    # OpenClaw's templates carry frontmatter its runtime strips; Windows edits, CRLF.
+    text = workspace_text(raw[:MAX_FILE_BYTES].decode("utf-8", errors="replace"))
     if not text:
         return None
     return text, cut
@@ -502,10 +510,14 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
     for name, heading in WORKSPACE_FILES:
         if (name in PRIVATE_FILES and not private_ok) or name in inp.skip_files:
             continue
+        if name == "BOOTSTRAP.md" and not onboarding_pending(inp.workspace):
+            continue
         read = _read_workspace_file(inp.workspace / name)
         if read is None:
             continue
         body, cut = read
+        if name == "BOOTSTRAP.md":
+            body += "\n\n" + BOOTSTRAP_NOTE
         if cut:
             body += "\n" + TRUNCATED_NOTE.format(name=name)
             cut_on_read.append(name)

@@ -262,6 +262,7 @@ async def _start_scheduler(
     stop: asyncio.Event,
 ) -> list[asyncio.Task[None]]:
     """Starts firing jobs; returns the outbox and HEARTBEAT.md watchers."""
+    from klaw.scheduler.boot import run_boot
     from klaw.scheduler.control import system_zone
     from klaw.scheduler.heartbeat import HeartbeatWatcher
     from klaw.scheduler.runner import JobRunner
@@ -285,6 +286,7 @@ async def _start_scheduler(
     zone = config.scheduler.timezone or system_zone()
     await sync_summary_job(scheduler, config, zone)
     heartbeat = HeartbeatWatcher(scheduler, paths.workspace, config, zone)
+    await run_boot(scheduler, paths.workspace, config, zone)
     return [
         asyncio.create_task(_logged(outbox.run(stop), "outbox")),
         asyncio.create_task(_logged(heartbeat.run(stop), "heartbeat watcher")),

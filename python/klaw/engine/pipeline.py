@@ -61,6 +61,7 @@ from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, LlmResponse, Message, Usage
 from klaw.memory.rows import with_content
 from klaw.retry import Backoff
+from klaw.tools.onboarding import onboarding_pending
 from klaw.wire.loglines import command_text, inbound_line, line_row, outbound_line
 from klaw.wire.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
 from klaw.wire.record import to_iso
@@ -481,6 +482,8 @@ class Pipeline:
         if self._core_problem is not None and not group:
             await self._warn_core(batch, latest)
         registry = self._registry(chat_id, group)
+        if group or not await asyncio.to_thread(onboarding_pending, self.paths.workspace):
+            registry = registry.only(n for n in registry.names() if n != "onboarding_done")
         if batch.lean:
             registry = registry.only(LEAN_TOOLS)
             skills = [(name, "") for name, _ in skills]

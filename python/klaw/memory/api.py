@@ -232,8 +232,12 @@ class Memory:
         source: str = "manual",
         chat_id: str | None = None,
         created_at: datetime | str | None = None,
+        *,
+        durable: bool = False,
     ) -> list[int]:
-        """Saves a fact: appended to saved.jsonl (the truth), then chunked and indexed."""
+        """Saves a fact: appended to saved.jsonl (the truth), then chunked and indexed;
+        with OpenClaw write-back on, also to the workspace's daily log (and MEMORY.md
+        when `durable`)."""
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput("cannot save empty text to memory")
         if not source.strip():
@@ -248,7 +252,12 @@ class Memory:
         }
         with self._save_lock:
             self._append_saved(record)
-            return self._index_saved(record)
+            ids = self._index_saved(record)
+        if self.config.compatibility.openclaw.enabled:
+            from klaw.openclaw.writeback import WriteBack
+
+            WriteBack(self.paths.workspace, self.config).saved(text, durable=durable)
+        return ids
 
     def _append_saved(self, record: dict[str, Any]) -> None:
         path = self.paths.saved_memory

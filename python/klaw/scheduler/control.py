@@ -12,6 +12,7 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from klaw.scheduler.boot import BOOT_JOB
 from klaw.scheduler.jobs import HEARTBEAT, JobError, JobSpec, check_name
 from klaw.scheduler.ledger import Run
 from klaw.scheduler.summaries import SUMMARY_JOB
@@ -73,6 +74,8 @@ class ScheduleControl:
                 "the name 'heartbeat' is kept for the job made from HEARTBEAT.md; "
                 "edit that file instead, or pick another name"
             )
+        if name == BOOT_JOB:
+            raise JobError(f"the name {BOOT_JOB!r} is kept for the BOOT.md run; pick another name")
         if name == SUMMARY_JOB:
             raise JobError(
                 f"the name {SUMMARY_JOB!r} is kept for background summaries "

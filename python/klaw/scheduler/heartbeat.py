@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from klaw.scheduler.jobs import HEARTBEAT, MAX_MESSAGE_CHARS, JobError, JobSpec
+from klaw.workspace_text import has_tasks, workspace_text
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
@@ -39,16 +39,10 @@ If nothing requires the user's attention, reply with only this JSON:
 {{"silent": true, "reason": "brief description of what was checked"}}
 Otherwise reply with a short message for the user: only what needs their attention."""
 
-_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
-
 
 def _has_tasks(text: str) -> bool:
-    """Anything besides blank lines, headings and HTML comments."""
-    for line in _COMMENT.sub("", text).splitlines():
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            return True
-    return False
+    """Anything besides blank lines, headings, comments and frontmatter."""
+    return has_tasks(text)
 
 
 def heartbeat_spec(text: str | None, config: EngineConfig, zone: str) -> JobSpec | None:
@@ -56,7 +50,7 @@ def heartbeat_spec(text: str | None, config: EngineConfig, zone: str) -> JobSpec
     file is too long to be a checklist or the config's heartbeat keys are wrong."""
     if text is None or not _has_tasks(text):
         return None
-    message = PROMPT.format(checklist=text.strip())
+    message = PROMPT.format(checklist=workspace_text(text))
     if len(message) > MAX_MESSAGE_CHARS:
         raise JobError(
             f"{HEARTBEAT_FILE} has {len(text)} characters; a checklist of at most "

@@ -43,6 +43,7 @@ log = logging.getLogger("klaw.scheduler")
 
 PRECHECK_TIMEOUT_S: Final = 30.0
 PRECHECK_OUTPUT_BYTES: Final = 4096
+SILENT_TOKENS: Final = frozenset({"NO_REPLY", "HEARTBEAT_OK"})
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
@@ -51,6 +52,8 @@ def is_silent(text: str) -> bool:
     is true (alone, or alone in one ```json fence). Anything unparsable is not
     silent: when in doubt the owner hears about it."""
     body = text.strip()
+    if body in SILENT_TOKENS:  # OpenClaw's silent replies (BOOT.md and heartbeat prompts)
+        return True
     fenced = _FENCE.match(body)
     if fenced:
         body = fenced.group(1)

@@ -268,6 +268,10 @@ class Summarizer:
             chat_id, f"msg_{first:0{width}d}", f"msg_{last:0{width}d}", str(path), now
         )
         self.memory.index_file(path)
+        if self.config.compatibility.openclaw.enabled:
+            from klaw.openclaw.writeback import WriteBack
+
+            WriteBack(self.paths.workspace, self.config).summary(chat_id, text)
         log.info("summary of %s written: %s (%d messages)", chat_id, path.name, len(rows))
         return path
 

@@ -47,6 +47,7 @@ def builtin_tools(
     """Memory, file, skill and time tools bound to one workspace and memory."""
     from klaw.memory.core import CoreMemory
     from klaw.memory.docs import Docs
+    from klaw.openclaw.writeback import WriteBack
     from klaw.tools.clock import CurrentTime
     from klaw.tools.docs import DocsList, DocsRead, DocsSearch
     from klaw.tools.files import FileList, FileRead, FileWrite, Workspace
@@ -58,6 +59,7 @@ def builtin_tools(
         MemorySave,
         MemorySearch,
     )
+    from klaw.tools.onboarding import OnboardingDone
     from klaw.tools.skills import SkillCatalog, SkillList, SkillLoad
 
     core = core or CoreMemory(paths.core_memory)
@@ -72,13 +74,14 @@ def builtin_tools(
         *([ConversationSearch(memory, chat_id, now, zone)] if chat_id else []),
         MemorySave(memory, chat_id),
         MemoryCoreGet(core),
-        MemoryCoreUpdate(core),
+        MemoryCoreUpdate(core, WriteBack(paths.workspace, config)),
         MemoryCoreDelete(core),
         FileRead(workspace),
         FileWrite(workspace),
         FileList(workspace),
         SkillList(catalog),
         SkillLoad(catalog),
+        OnboardingDone(paths.workspace),
         CurrentTime(now),
         DocsList(docs),
         DocsRead(docs, max_chars=max(100, max_result_chars - 300)),

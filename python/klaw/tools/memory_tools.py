@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, time, timedelta
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from klaw.memory.core import CoreMemory
     from klaw.memory.hit import Hit
     from klaw.memory.timewords import TimeRange
+    from klaw.openclaw.writeback import WriteBack
 
 __all__ = [
     "ConversationSearch",
@@ -212,6 +214,10 @@ class MemorySave(Tool):
         "properties": {
             "content": {"type": "string", "minLength": 1},
             "source": {"type": "string", "minLength": 1, "description": "label for citations"},
+            "durable": {
+                "type": "boolean",
+                "description": "a lasting fact (kept in long-term memory, MEMORY.md)",
+            },
         },
         "required": ["content"],
         "additionalProperties": False,
@@ -226,7 +232,10 @@ class MemorySave(Tool):
         if not content.strip():
             raise ToolError("content must not be empty")
         source = args.get("source", "memory_save").strip() or "memory_save"
-        ids = await asyncio.to_thread(self.memory.save, content, source, self.chat_id)
+        durable = args.get("durable") is True
+        ids = await asyncio.to_thread(
+            functools.partial(self.memory.save, content, source, self.chat_id, durable=durable)
+        )
         return f"Saved to archival memory as source {source!r} ({len(ids)} chunk(s))."
 
 
@@ -261,12 +270,15 @@ class MemoryCoreUpdate(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, core: CoreMemory) -> None:
+    def __init__(self, core: CoreMemory, writeback: WriteBack | None = None) -> None:
         self.core = core
+        self.writeback = writeback
 
     async def run(self, args: dict[str, Any]) -> str:
         section, key = args["section"], args["key"]
         await asyncio.to_thread(self.core.update, section, key, args["value"])
+        if section == "user" and self.writeback is not None:
+            await asyncio.to_thread(self.writeback.user_fact, key.strip(), args["value"])
         return f"Core memory {section}.{key.strip()} updated."
 
 

@@ -1,0 +1,116 @@
+"""Write-back to the OpenClaw workspace (design §4.6; `compatibility.openclaw`, off by
+default), so going back to OpenClaw loses nothing Klaw learned.
+
+- `sync.daily_logs`: each fact saved with `memory_save` and each conversation summary
+  is appended to `memory/YYYY-MM-DD.md` (the day in the owner's zone), OpenClaw's
+  daily log, created with its `# YYYY-MM-DD` heading when the day has none yet;
+- `sync.memory_md`: a fact saved as durable (`memory_save` with `durable`) is also
+  appended to MEMORY.md, OpenClaw's long-term memory;
+- `sync.user_md`: a fact about the owner written to core memory
+  (`memory_core_update`, section `user`) is appended to USER.md as `- **Key:** value`.
+
+Only ever appended, one `write` on an O_APPEND descriptor then fsync: what the owner
+wrote is never rewritten, a file edited by hand meanwhile keeps the edit (and is
+re-indexed by the workspace watcher like any change), and a crash leaves at most a
+missing last entry. A line that would start inside the owner's last line gets a
+newline first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
+
+if TYPE_CHECKING:
+    from klaw.config import EngineConfig
+
+__all__ = ["WriteBack"]
+
+log = logging.getLogger("klaw.openclaw")
+
+_LOCK = threading.Lock()  # appends from tool threads and the summarizer, one at a time
+
+
+def _append(path: Path, text: str, header: str = "") -> None:
+    with _LOCK:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            lead = header
+            if size:
+                last = os.pread(fd, 1, size - 1)
+                lead = "" if last == b"\n" else "\n"
+            os.write(fd, (lead + text).encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class WriteBack:
+    def __init__(self, workspace: Path, config: EngineConfig) -> None:
+        self.workspace = workspace
+        sync = config.compatibility.openclaw
+        self.enabled = sync.enabled
+        self.daily_logs = sync.enabled and sync.sync.daily_logs
+        self.memory_md = sync.enabled and sync.sync.memory_md
+        self.user_md = sync.enabled and sync.sync.user_md
+        zone = config.scheduler.timezone
+        self.zone = ZoneInfo(zone) if zone else None
+
+    def _now(self, when: datetime | None) -> datetime:
+        return (when or datetime.now(self.zone)).astimezone(self.zone)
+
+    def saved(self, text: str, *, durable: bool = False, when: datetime | None = None) -> None:
+        """A fact from `memory_save`."""
+        try:
+            now = self._now(when)
+            if self.daily_logs:
+                day = now.strftime("%Y-%m-%d")
+                _append(
+                    self.workspace / "memory" / f"{day}.md",
+                    f"- {now:%H:%M} {_one_line(text)}\n",
+                    header=f"# {day}\n\n",
+                )
+            if durable and self.memory_md:
+                _append(
+                    self.workspace / "MEMORY.md", f"- {_one_line(text)}\n", header="# MEMORY.md\n\n"
+                )
+        except OSError as exc:  # the fact is saved in Klaw's memory either way
+            log.warning("write-back of a saved fact failed: %s", exc)
+
+    def summary(self, chat_id: str, text: str, when: datetime | None = None) -> None:
+        """A conversation summary (background summarization)."""
+        if not self.daily_logs:
+            return
+        try:
+            now = self._now(when)
+            day = now.strftime("%Y-%m-%d")
+            _append(
+                self.workspace / "memory" / f"{day}.md",
+                f"\n## Conversation summary ({chat_id}, {now:%H:%M})\n\n{text.strip()}\n",
+                header=f"# {day}\n",
+            )
+        except OSError as exc:
+            log.warning("write-back of a summary failed: %s", exc)
+
+    def user_fact(self, key: str, value: object) -> None:
+        """A fact about the owner written to core memory."""
+        if not self.user_md:
+            return
+        label = key.replace("_", " ").strip().capitalize()
+        values = value if isinstance(value, list) else [value]
+        text = "".join(f"- **{label}:** {_one_line(str(v))}\n" for v in values)
+        try:
+            _append(self.workspace / "USER.md", text, header="# USER.md\n\n")
+        except OSError as exc:
+            log.warning("write-back to USER.md failed: %s", exc)
