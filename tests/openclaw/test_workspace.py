@@ -349,3 +349,55 @@ def test_write_back_failing_never_loses_the_fact(
     with Memory.open(paths=klaw_home, config=cfg, backend=backend) as mem:
         assert mem.save("the boiler code is 1234", "memory_save", durable=durable)
         assert "1234" in mem.search("boiler code", top_k=1)[0].content
+
+
+# --- a skill's chat command ------------------------------------------------------
+
+
+async def test_a_user_invocable_skill_is_a_chat_command_the_model_runs(
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any
+) -> None:
+    from klaw.engine.daemon import _command_menu
+    from klaw.wire.protocol import Command
+
+    engine_yaml(klaw_home.engine_config, llm.url)
+    skill = klaw_home.workspace / "skills" / "image-lab"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(
+        "---\nname: image-lab\ndescription: Draw an ASCII picture.\n---\n\nDraw it in ASCII.\n"
+    )
+    hidden = klaw_home.workspace / "skills" / "secret-recipe"
+    hidden.mkdir(parents=True)
+    (hidden / "SKILL.md").write_text(
+        "---\nname: secret-recipe\ndescription: Grandma's cake.\nuser-invocable: false\n---\n\nX\n"
+    )
+    cfg = load_engine_config(klaw_home.engine_config)
+    menu = {c.name: c for c in _command_menu(cfg, klaw_home)}
+    assert menu["image_lab"].prompt and menu["image_lab"].description == "Draw an ASCII picture."
+    assert not menu["help"].prompt and "secret_recipe" not in menu
+    (klaw_home.conversations / CHAT).mkdir(parents=True)
+    llm.answer(None, [call("c1", "skill_load", json.dumps({"name": "image-lab"}))])
+    llm.answer("=^.^=")
+    llm.answer("Unknown")
+    got: list[Any] = []
+
+    async def reply(msg: Any) -> None:
+        got.append(msg)
+
+    async with engine_running(klaw_home, backend) as server:
+        cmd = Command(
+            id=new_id(), channel="telegram", chat_id=CHAT, ts=datetime.now(UTC),
+            name="image_lab", args="a cat",
+        )  # fmt: skip
+        await server.handler.handle(cmd, reply)
+        first = llm.requests[0]
+        assert first["messages"][-1] == {"role": "user", "content": "/image_lab a cat"}
+        assert "calls /image_lab: load the skill `image-lab`" in first["messages"][0]["content"]
+        assert "Draw it in ASCII." in str(llm.requests[1]["messages"][-1]["content"])
+        assert got[-1].content == "=^.^="
+        # A name that is no skill's stays an engine command: no model call.
+        unknown = Command(
+            id=new_id(), channel="telegram", chat_id=CHAT, ts=datetime.now(UTC), name="nope"
+        )
+        await server.handler.handle(unknown, reply)
+        assert len(llm.requests) == 2 and "Unknown command /nope" in got[-1].content
