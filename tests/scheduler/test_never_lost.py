@@ -121,8 +121,9 @@ async def test_a_run_killed_midway_is_never_run_again_for_that_due_time(
 ) -> None:
     engine_yaml(klaw_home.engine_config, llm.url)
     llm.hold = asyncio.Event()  # the model "thinks" until released
-    (due,) = seconds_ahead(2, 1)
     async with engine_process(klaw_home) as engine:
+        # Counted from now, with the engine up: its start may take seconds on a busy box.
+        (due,) = seconds_ahead(5, 1)
         rc, _, err = await klaw(
             "schedule", "add", "backup", quartz_at(due), "Check the backup", "--tz", "UTC"
         )
