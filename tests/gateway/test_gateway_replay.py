@@ -11,8 +11,18 @@ from klaw.config import GatewayConfig
 from klaw.gateway.buffer import Buffer
 from klaw.gateway.channel import Incoming
 from klaw.gateway.core import Gateway, GatewayTimings
+from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
-from klaw.wire.protocol import Inbound, LineReader, Message, Registered, decode, encode
+from klaw.wire.protocol import (
+    Command,
+    CommandInfo,
+    Inbound,
+    LineReader,
+    Message,
+    Registered,
+    decode,
+    encode,
+)
 
 T = 10.0
 
@@ -42,8 +52,9 @@ class QuietChannel:
 class RecordingEngine:
     """Answers `register` and records every message a gateway sends."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, commands: Sequence[CommandInfo] = ()) -> None:
         self.path = path
+        self.commands = list(commands)
         self.got: list[Message] = []
         self.changed = asyncio.Event()
         self.writers: list[asyncio.StreamWriter] = []
@@ -54,7 +65,7 @@ class RecordingEngine:
     async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         lines = LineReader(reader)
         await lines.readline()
-        writer.write(encode(Registered(version="test", pid=1)))
+        writer.write(encode(Registered(version="test", pid=1, commands=self.commands)))
         await writer.drain()
         self.writers.append(writer)
         while True:
@@ -129,3 +140,40 @@ async def test_a_command_typed_during_the_replay_reaches_the_engine_once(
 async def _until(predicate: Callable[[], bool]) -> None:
     while not predicate():
         await asyncio.sleep(0.01)
+
+
+async def test_a_skills_command_goes_to_the_engine_as_the_message_the_owner_wrote(
+    klaw_home: KlawPaths,
+) -> None:
+    engine = RecordingEngine(
+        klaw_home.socket,
+        [CommandInfo(name="new"), CommandInfo(name="image_lab", description="x", prompt=True)],
+    )
+    klaw_home.state_dir.mkdir(parents=True, exist_ok=True)
+    await engine.start()
+    cfg = GatewayConfig.model_validate({"channels": {"console": {"enabled": True}}})
+    gw = Gateway(klaw_home, cfg, [QuietChannel()], timings=GatewayTimings(reconnect_initial_s=0.01))
+    stop = asyncio.Event()
+    run = asyncio.create_task(gw.run(stop))
+    await asyncio.wait_for(gw.connected.wait(), T)
+    for ident, name, text in (("s1", "image_lab", "/image_lab a cat"), ("c1", "new", "/new")):
+        await gw.on_message(
+            Incoming(
+                id=ident, channel="console", chat_id="console_me", ts=datetime.now(UTC),
+                content=text, kind="command", command=name, args=text.partition(" ")[2],
+            )
+        )  # fmt: skip
+        await asyncio.wait_for(engine.wait_for(ident), T)
+    stop.set()
+    await asyncio.wait_for(run, T)
+    await engine.close()
+    skill, new = engine.got
+    assert isinstance(skill, Inbound) and skill.content == "/image_lab a cat"
+    assert isinstance(new, Command) and new.name == "new"
+    logged = [
+        r for f in chat_files(klaw_home.conversations, "console_me") for r in read_jsonl(f).records
+    ]
+    assert [(r["content"], r.get("type")) for r in logged] == [
+        ("/image_lab a cat", None),
+        ("/new", "command"),
+    ]
