@@ -174,7 +174,13 @@ class Scheduler:
                 aps.remove_job(name)
             except JobLookupError:
                 raise JobError(f"no job named {name!r}") from None
-        await asyncio.to_thread(self.ledger.forget, name)
+        running = self._tasks.get(name)
+        if running is None:
+            await asyncio.to_thread(self.ledger.forget, name)
+        else:
+            # Its run in flight still sees the job's state (a failing job that is removed
+            # mid-run must not tell the owner a second time): forget once it is over.
+            running.add_done_callback(lambda _t: self.ledger.forget(name))
         log.info("job %s removed", name)
         return JobSpec.from_data(job.kwargs)
 
