@@ -12,7 +12,8 @@ Sets (tests/data, each documented in its README):
   which older passages went stale: "newest first" counts the queries whose new value
   ranks above every stale one.
 - longmemeval: 50 LongMemEval_S questions, each with its own haystack of ~50 chat
-  sessions, indexed as Klaw indexes conversations (user+assistant rounds); scored at
+  sessions, indexed as Klaw indexes conversations (each round's user lines and reply
+  lines as chunks of their own, `split` below); scored at
   session level as the paper's code does (R_all@5: every evidence session in the top 5
   sessions; NDCG@10 over sessions), on the questions it scores. Its files are not in the
   repo (tests/data/longmemeval/README.md says why and where they come from): they are
@@ -24,6 +25,23 @@ Metrics over ranked units (chunks; sessions for longmemeval): hit@5 (a relevant 
 the top 5), R_all@5 (all of them), R@10 (share of relevant items in the top 10), MRR@10,
 NDCG@10 (binary gains). Legs take `candidates` from each list; fusions are computed here and
 the one Klaw ships is also run through `Store.search` to check they agree.
+
+LongMemEval variants of the conversation index (defaults = what Klaw ships):
+- `--lme-keys split|round|user|user+headN`: the user lines and the reply as two chunks
+  (what Klaw ships), user and assistant lines in one (Klaw until 2026-11-26), the user
+  lines only (the paper's keys), or the user lines and the first N characters of each
+  reply.
+- `--lme-merge`: consecutive rounds of one session (no time gap between them in a real
+  chat) are packed into one chunk up to the chunk size, instead of one chunk set per round.
+- `--candidates N`: candidates per leg (and chunks Store.search returns: max(20, N)).
+- `--lme-agg max+B,...`: extra setups for vector, keyword and Klaw's search that rank a
+  session by its best chunk's score plus B times the sum of its other chunks' scores
+  (`sum` = max+1; the default ranking is the best chunk alone).
+- `--search-weights wv/wk/pivot,...`: extra setups running Store.search with other fusion
+  weights and keyword pivot than the model's (what a conversation-only weight would give).
+- `--lme-assistant`: also the non-abstention questions the paper skips (evidence only in
+  assistant text), relevant = `answer_session_ids`, reported only in their own slice
+  `kind:single-session-assistant (assistant evidence)` (with `--slices`), never in "all".
 """
 
 from __future__ import annotations
@@ -94,6 +112,7 @@ class Query:
     group: str = ""  # queries of one group share one store (LongMemEval: one haystack each)
     by_source: bool = False  # rank sources (sessions), not chunks
     newest: tuple[Rel, ...] = ()  # for "newest first" when not all of `relevant` is new
+    scored: bool = True  # False: reported in its kind slice only, never in "all"
 
 
 @dataclass
@@ -150,17 +169,55 @@ def load_personal() -> DevSet | None:
     return DevSet("personal", {"": docs}, queries)
 
 
-def round_texts(turns: Sequence[dict[str, Any]]) -> list[str]:
-    """A session's rounds as Klaw indexes a chat: a user turn with the replies after it."""
+def round_texts(turns: Sequence[dict[str, Any]], keys: str = "round") -> list[str]:
+    """A session's rounds as Klaw indexes a chat: a user turn with the replies after it.
+
+    `keys`: "round" (user and assistant lines), "user" (user lines only; a round without
+    one is dropped), "user+headN" (user lines, each reply cut to its first N chars) or
+    "assistant" (the reply lines only: the other half of "split")."""
+    head = int(keys.removeprefix("user+head")) if keys.startswith("user+head") else None
+    if keys not in ("round", "user", "assistant") and head is None:
+        raise ValueError(f"unknown --lme-keys {keys!r}")
     rounds: list[list[str]] = []
     for t in turns:
         if t["role"] == "user" or not rounds:
             rounds.append([])
-        rounds[-1].append(f"{t['role']}: {t['content']}")
-    return ["\n".join(r) for r in rounds]
+        content = t["content"]
+        if keys == "assistant" and t["role"] == "user":
+            continue
+        if t["role"] != "user" and keys not in ("round", "assistant"):
+            if head is None:
+                continue
+            content = content.strip()[:head]
+        rounds[-1].append(f"{t['role']}: {content}")
+    if keys not in ("round", "assistant"):
+        rounds = [r for r in rounds if any(line.startswith("user: ") for line in r)]
+    return ["\n".join(r) for r in rounds if r]
 
 
-def load_longmemeval() -> DevSet | None:
+def session_texts(turns: Sequence[dict[str, Any]], keys: str, merge: bool) -> list[str]:
+    """The texts Klaw would index for one session: rounds as `keys` says ("split": a
+    round's user lines and its reply lines as two separate chunks), packed to the chunk
+    size with `merge` (each role apart when split)."""
+    parts = [round_texts(turns, k) for k in (("user", "assistant") if keys == "split" else (keys,))]
+    return [t for texts in parts for t in (merge_rounds(texts) if merge else texts)]
+
+
+def merge_rounds(texts: Sequence[str], size: int = 400) -> list[str]:
+    """Consecutive rounds packed into texts of at most `size` estimated tokens (a longer
+    round stays alone and is cut by the chunker as before)."""
+    out: list[str] = []
+    for t in texts:
+        if out and _core.estimate_tokens(out[-1] + "\n" + t) <= size:
+            out[-1] += "\n" + t
+        else:
+            out.append(t)
+    return out
+
+
+def load_longmemeval(
+    keys: str = "split", merge: bool = False, assistant: bool = False
+) -> DevSet | None:
     base = CACHE / "longmemeval"
     sfile = _first(base / "sessions.jsonl.gz", base / "sessions.jsonl")
     if sfile is None or not (base / "questions.jsonl").is_file():
@@ -169,15 +226,16 @@ def load_longmemeval() -> DevSet | None:
     docs: dict[str, list[Doc]] = {}
     queries = []
     for q in _jsonl(base / "questions.jsonl"):
-        if not q.get("paper_scored"):
+        scored = bool(q.get("paper_scored"))
+        if not scored and (q["abstention"] or not assistant):
             continue  # abstention, or evidence only on the assistant side (as the paper)
         group = q["id"]
-        docs[group] = [
-            Doc(sid, text, _iso(when), chunked=True)
-            for sid, when in zip(q["haystack"], q["haystack_dates"], strict=True)
-            for text in round_texts(sessions[sid]["turns"])
-        ]
-        rel = tuple(Rel(s) for s in q["paper_relevant_session_ids"])
+        docs[group] = []
+        for sid, when in zip(q["haystack"], q["haystack_dates"], strict=True):
+            texts = session_texts(sessions[sid]["turns"], keys, merge)
+            docs[group] += [Doc(sid, text, _iso(when), chunked=True) for text in texts]
+        ids = q["paper_relevant_session_ids"] if scored else q["answer_session_ids"]
+        rel = tuple(Rel(s) for s in ids)
         stale: tuple[Rel, ...] = ()
         newest: tuple[Rel, ...] = ()
         if q["type"] == "knowledge-update" and len(rel) > 1:
@@ -185,8 +243,9 @@ def load_longmemeval() -> DevSet | None:
             # whether the latest one (the updated value) outranks the older ones.
             newest = (Rel(q["latest_answer_session_id"]),)
             stale = tuple(r for r in rel if r not in newest)
+        kind = q["type"] if scored else f"{q['type']} (assistant evidence)"
         queries.append(
-            Query(q["id"], q["question"], "en", q["type"], rel, stale, group, True, newest)
+            Query(q["id"], q["question"], "en", kind, rel, stale, group, True, newest, scored)
         )
     return DevSet("longmemeval", docs, queries)
 
@@ -336,6 +395,22 @@ class Setup:
     rank: Callable[[Ranked, Ranked], list[int]]
     candidates: int = CANDIDATES
     post: Callable[[list[_core.Hit], Query, Callable[[str], Any]], list[_core.Hit]] | None = None
+    # Sessions ranked by max + agg·(sum of the others) of their chunks' scores (`leg`:
+    # "vector", "keyword" or SHIPPED gives the scored chunks); None = by the best chunk.
+    agg: float | None = None
+    leg: str = ""
+    # Store.search with these (vector weight, keyword weight, keyword pivot), not the model's.
+    weights: tuple[float, float, int] | None = None
+
+
+def by_session(hits: Sequence[_core.Hit], score: dict[int, float], bonus: float) -> list[_core.Hit]:
+    """Hits regrouped so that sources come in order of max + bonus·(sum of the rest)."""
+    got: dict[str, list[float]] = {}
+    for h in hits:
+        got.setdefault(h.source, []).append(score[h.id])
+    val = {s: max(xs) + bonus * (sum(xs) - max(xs)) for s, xs in got.items()}
+    pos = {s: n for n, s in enumerate(sorted(got, key=lambda s: -val[s]))}
+    return sorted(hits, key=lambda h: pos[h.source])
 
 
 def supersede(
@@ -368,7 +443,41 @@ def supersede(
 SHIPPED = "klaw (Store.search, defaults)"
 
 
-def setups(grid: bool) -> list[Setup]:
+def setups(
+    grid: bool,
+    candidates: int = CANDIDATES,
+    aggs: Sequence[float] = (),
+    only: str = "",
+    weights: Sequence[tuple[float, float, int]] = (),
+) -> list[Setup]:
+    out = _setups(grid)
+    if candidates != CANDIDATES:
+        out = [s if s.name.endswith(" c50") else replace(s, candidates=candidates) for s in out]
+    searches = [Setup(SHIPPED, lambda v, k: [], candidates, leg=SHIPPED)] + [
+        Setup(
+            f"klaw (Store.search, wv {wv:g} wk {wk:g} pivot {p})",
+            lambda v, k: [],
+            candidates,
+            leg=SHIPPED,
+            weights=(wv, wk, p),
+        )
+        for wv, wk, p in weights
+    ]
+    out += searches[1:]
+    for b in aggs:
+        label = "sum" if b == 1 else f"max+{b:g}"
+        out += [
+            Setup(f"{leg} [session {label}]", lambda v, k: [], candidates, agg=b, leg=leg)
+            for leg in ("vector", "keyword")
+        ]
+        out += [replace(s, name=f"{s.name} [session {label}]", agg=b) for s in searches]
+    if only:
+        want = only.split(",")
+        out = [s for s in out if any(w in s.name for w in want)]
+    return out
+
+
+def _setups(grid: bool) -> list[Setup]:
     out = [
         Setup("vector", lambda v, k: [i for i, _ in v]),
         Setup("keyword", lambda v, k: [i for i, _ in k]),
@@ -489,26 +598,36 @@ class Scores:
 
 
 def shipped(
-    store: _core.Store, qvec: bytes, text: str, model: str, conversation: bool
+    store: _core.Store,
+    qvec: bytes,
+    text: str,
+    model: str,
+    conversation: bool,
+    candidates: int | None = None,
+    weights: tuple[float, float, int] | None = None,
 ) -> list[_core.Hit]:
-    """What `Memory.search` runs, with engine.yaml's defaults (fusion, weights, recency)."""
+    """What `Memory.search` runs, with engine.yaml's defaults (fusion, weights, recency);
+    `candidates` per leg overrides the default (and raises top_k to it), `weights` the
+    model's (vector weight, keyword weight, keyword pivot)."""
     from klaw.config import SearchConfig
     from klaw.memory.timewords import asks_about_past
     from klaw.models import model_spec
 
     s = SearchConfig()
     spec = model_spec(model)
+    cands = s.candidates if candidates is None else candidates
+    wv, wk, pivot = weights or (spec.vector_weight, spec.keyword_weight, spec.keyword_pivot)
     return store.search(
         qvec,
         text,
-        top_k=2 * TOP,
-        candidates=s.candidates,
+        top_k=max(2 * TOP, cands),
+        candidates=cands,
         rrf_k=float(s.rrf_k),
-        vector_weight=spec.vector_weight,
-        keyword_weight=spec.keyword_weight,
+        vector_weight=wv,
+        keyword_weight=wk,
         fusion=s.fusion,
         recency=0.0 if conversation or asks_about_past(text) else s.recency,
-        keyword_pivot=spec.keyword_pivot,
+        keyword_pivot=pivot,
     )
 
 
@@ -542,17 +661,30 @@ def evaluate(
                 _DAYS.clear()
                 for h in ix.store.get_chunks(list({i for i, _ in v} | {i for i, _ in k})):
                     _DAYS[h.id] = datetime.fromisoformat(h.created_at).timestamp() / 86400
+                keys = (
+                    ("all", f"lang:{q.lang}", f"kind:{q.kind}") if q.scored else (f"kind:{q.kind}",)
+                )
                 for s in all_setups:
-                    if s.name == SHIPPED:
-                        hits = shipped(ix.store, qvec, q.text, model, q.by_source)
-                        for key in ("all", f"lang:{q.lang}", f"kind:{q.kind}"):
+                    if s.name == SHIPPED or s.leg == SHIPPED:
+                        hits = shipped(
+                            ix.store, qvec, q.text, model, q.by_source, s.candidates, s.weights
+                        )
+                        if s.agg is not None:
+                            hits = by_session(hits, {h.id: h.score for h in hits}, s.agg)
+                        for key in keys:
                             res[s.name][key].add(hits, q)
                         continue
-                    ranked = s.rank(v[: s.candidates], k[: s.candidates])
-                    hits = ix.store.get_chunks(ranked)
+                    if s.agg is not None:
+                        leg = (v if s.leg == "vector" else k)[: s.candidates]
+                        hits = by_session(
+                            ix.store.get_chunks([i for i, _ in leg]), dict(leg), s.agg
+                        )
+                    else:
+                        ranked = s.rank(v[: s.candidates], k[: s.candidates])
+                        hits = ix.store.get_chunks(ranked)
                     if s.post is not None:
                         hits = s.post(hits, q, vec)
-                    for key in ("all", f"lang:{q.lang}", f"kind:{q.kind}"):
+                    for key in keys:
                         res[s.name][key].add(hits, q)
             ix.close()
     return res
@@ -579,6 +711,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid", action="store_true", help="also the wider fusion grid")
     ap.add_argument("--slices", action="store_true", help="also per language and kind")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--candidates", type=int, default=CANDIDATES, help="candidates per leg (all setups)"
+    )
+    ap.add_argument(
+        "--setups", default="", help="only the setups whose name holds one of these (comma list)"
+    )
+    ap.add_argument(
+        "--lme-keys",
+        default="split",
+        help="LongMemEval round text: round, user, user+headN or split",
+    )
+    ap.add_argument(
+        "--lme-merge", action="store_true", help="LongMemEval: pack a session's rounds to size"
+    )
+    ap.add_argument(
+        "--lme-agg",
+        default="",
+        help="LongMemEval: extra session-aggregating setups, e.g. sum,max+0.2 (comma list)",
+    )
+    ap.add_argument(
+        "--search-weights",
+        default="",
+        help="extra Store.search setups with these weights, e.g. 0.5/0.5/0,0.6/0.4/0 "
+        "(vector/keyword/pivot, comma list)",
+    )
+    ap.add_argument(
+        "--lme-assistant",
+        action="store_true",
+        help="LongMemEval: also the assistant-evidence questions, in their own slice only",
+    )
     ap.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads for embedding")
     ap.add_argument(
         "--long-texts",
@@ -589,7 +751,14 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     CACHE.mkdir(parents=True, exist_ok=True)
     cache = _core.EmbeddingCache(str(CACHE / "embeddings.db"))
-    all_setups = setups(a.grid)
+    aggs = [1.0 if x == "sum" else float(x.removeprefix("max+")) for x in a.lme_agg.split(",") if x]
+    weights = [
+        (float(x.split("/")[0]), float(x.split("/")[1]), int(x.split("/")[2]))
+        for x in a.search_weights.split(",")
+        if x
+    ]
+    all_setups = setups(a.grid, a.candidates, aggs, a.setups, weights)
+    LOADERS["longmemeval"] = lambda: load_longmemeval(a.lme_keys, a.lme_merge, a.lme_assistant)
     rows: list[tuple[str, str, str, dict[str, float]]] = []
     started = time.monotonic()
     for model in a.models.split(","):
@@ -606,6 +775,13 @@ def main(argv: list[str] | None = None) -> int:
             if ds is None:
                 print(f"skipped {name}: its files are not in tests/data", file=sys.stderr)
                 continue
+            if name == "longmemeval":
+                opts = [
+                    *([f"keys={a.lme_keys}"] if a.lme_keys != "split" else []),
+                    *(["merge"] if a.lme_merge else []),
+                    *([f"c{a.candidates}"] if a.candidates != CANDIDATES else []),
+                ]
+                name += f" [{' '.join(opts)}]" if opts else ""
             t0 = time.monotonic()
             res = evaluate(ds, backend, cache, all_setups, model)
             print(f"{name} / {label}: {time.monotonic() - t0:.0f} s", file=sys.stderr)

@@ -51,10 +51,10 @@ def store_talk(memory: Memory, chat: str, talk: list[tuple[str, str, str]] = TAL
 
 def test_rounds_are_found_by_meaning_in_any_language_with_a_citation(memory: Memory) -> None:
     store_talk(memory, "telegram_1")
-    assert memory.index_conversations() == 4  # four rounds, one chunk each
+    assert memory.index_conversations() == 8  # four rounds: the user's words, the reply
     hits = memory.search_conversation("telegram_1", "проблемы с автомобилем")
     assert "коробка передач" in hits[0].content
-    # The whole round is one chunk: the question and the reply that answered it.
+    # The round comes back whole: the question and the reply that answered it.
     assert (
         hits[0].content.startswith("user: Моя машина")
         and "assistant: Сочувствую" in hits[0].content
@@ -101,7 +101,7 @@ def test_a_round_waits_for_its_reply_and_is_indexed_once(memory: Memory) -> None
             message(chat, 2, "assistant", "Boiler service noted for March.", "2026-03-01"),
         ]
     )
-    assert memory.index_conversations() == 1
+    assert memory.index_conversations() == 2  # the question and the reply, apart
     assert memory.index_conversations() == 0  # the watermark: nothing twice
     hit = memory.search_conversation(chat, "boiler")[0]
     assert "user: Remind me" in hit.content and "assistant: Boiler service" in hit.content
@@ -129,9 +129,9 @@ def test_more_messages_than_one_batch(memory: Memory) -> None:
     ]
     memory.store.insert_messages(rows)
     # 601 full rounds; the last user message (1202) has no reply yet.
-    assert memory.index_conversations() == 601
+    assert memory.index_conversations() == 1202  # a chunk for each side
     assert memory.index_conversations() == 0
-    assert memory.stats()["memory_chunks"] >= 601
+    assert memory.stats()["memory_chunks"] >= 1202
 
 
 def test_reindex_rebuilds_conversation_memory_from_the_logs(
@@ -155,7 +155,7 @@ def test_reindex_rebuilds_conversation_memory_from_the_logs(
     report = rebuild(
         klaw_home, load_engine_config(klaw_home.engine_config), backend=backend, progress=False
     )  # type: ignore[arg-type]
-    assert report.conversation_chunks == 4
+    assert report.conversation_chunks == 8
     mem = Memory.open(
         paths=klaw_home, config=load_engine_config(klaw_home.engine_config), backend=backend
     )  # type: ignore[arg-type]
@@ -178,7 +178,7 @@ async def test_the_engine_indexer_works_in_the_background(memory: Memory) -> Non
     indexer.notify("telegram_1")
     assert not indexer.idle.is_set()
     await asyncio.wait_for(indexer.idle.wait(), 60)
-    assert indexer.indexed == 4
+    assert indexer.indexed == 8
     assert "Lisbon" in memory.search_conversation("telegram_1", "Lisbon")[0].content
     stop.set()
     await asyncio.wait_for(task, 10)

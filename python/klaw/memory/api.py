@@ -531,9 +531,10 @@ class Memory:
 
         # No recency bonus: a chat's recent rounds would crowd out the older one asked
         # about (measured on LongMemEval, docs/memory-eval.md).
-        return self.search(
+        hits = self.search(
             query, top_k, since=since, until=until, source=chat_source(chat_id), recency=False
         )
+        return _whole_rounds(hits)
 
     async def asearch_conversation(
         self, chat_id: str, query: str, top_k: int | None = None, **filters: Any
@@ -618,3 +619,24 @@ def rebuild(
     finally:
         if held is not None:
             held.release()
+
+
+def _whole_rounds(hits: list[Hit]) -> list[Hit]:
+    """A round's user and reply chunks found together are one hit (the round's message
+    ids are the chunks' heading), at the better one's rank: the model reads the
+    question with its answer, and a round does not take two of the top places."""
+    import dataclasses
+
+    out: list[Hit] = []
+    where: dict[str, int] = {}
+    for hit in hits:
+        key = hit.heading
+        if key is None or key not in where:
+            if key is not None:
+                where[key] = len(out)
+            out.append(hit)
+            continue
+        first = out[where[key]]
+        parts = sorted([first.content, hit.content], key=lambda t: not t.startswith("user: "))
+        out[where[key]] = dataclasses.replace(first, content="\n".join(parts))
+    return out

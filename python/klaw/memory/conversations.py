@@ -1,5 +1,6 @@
 """Past conversations as memory: each chat's rounds (a user turn with the replies after
-it) are chunks of archival memory under the source `chat:<chat id>`.
+it) are chunks of archival memory under the source `chat:<chat id>`, the user's words
+and the replies in chunks of their own that cite the same round.
 
 The store returns such chunks only to a search that names that exact source, so a chat
 searches its own past and never another's (group privacy). Rounds are indexed after the
@@ -55,11 +56,19 @@ def _rounds(rows: Sequence[tuple[int, _core.Message]]) -> list[list[tuple[int, _
 def round_chunks(
     rnd: Sequence[_core.Message], size: int, overlap: int
 ) -> list[tuple[str, int | None, int | None, str | None, str]]:
-    """A round's chunk tuples: its text (`user: …` / `assistant: …` lines) cut to the
-    chunk size like any note, each citing the round's message ids."""
-    text = "\n".join(f"{m.role}: {m.content.strip()}" for m in rnd)
+    """A round's chunk tuples: the user's lines (`user: …`) and the replies
+    (`assistant: …`) each cut to the chunk size like any note, every chunk citing the
+    whole round's message ids.
+
+    Apart, not together: a long reply diluted the owner's own words, which are what a
+    later question echoes (LongMemEval, docs/memory-eval.md: session R_all@5 0.810 with
+    whole rounds, 0.881 split; the replies stay searchable for what the agent said)."""
     ids = " ".join(m.id for m in rnd)
-    pieces = [c.text for c in _core.chunk_markdown(text, size, overlap)]
+    pieces: list[str] = []
+    for role in ("user", "assistant"):
+        text = "\n".join(f"{m.role}: {m.content.strip()}" for m in rnd if m.role == role)
+        if text:
+            pieces += [c.text for c in _core.chunk_markdown(text, size, overlap)]
     hashes = _core.text_hashes(pieces)
     return [(p, None, None, ids, h) for p, h in zip(pieces, hashes, strict=True)]
 
