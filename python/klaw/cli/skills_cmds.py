@@ -131,7 +131,14 @@ def skills_toggle(name: str, on: bool) -> int:
         print(f"klaw: no skill named {name!r} (`klaw skills list`)", file=sys.stderr)
         return 1
     choices = SkillChoices.load(paths.skill_choices)
-    (choices.enable(skill.name) if on else choices.disable(skill.name)).save(paths.skill_choices)
+    if choices.broken:
+        choices = SkillChoices()  # a damaged file is replaced: this choice starts it anew
+        print(f"note: {paths.skill_choices} was damaged; it now holds only this choice")
+    if on:
+        choices = choices.enable(skill.name, catalog.digest(skill))
+    else:
+        choices = choices.disable(skill.name)
+    choices.save(paths.skill_choices)
     st = catalog.status(skill)
     print(f"{skill.name}: {_state(st)}")
     if on and st.flagged:

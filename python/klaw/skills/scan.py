@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["MAX_FILE_BYTES", "RULES", "Finding", "Rule", "scan_skill", "scan_text"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "RULES",
+    "SKIPPED_DIRS",
+    "Finding",
+    "Rule",
+    "scan_skill",
+    "scan_text",
+    "skill_files",
+]
 
 MAX_FILE_BYTES: Final = 512 * 1024
 _MAX_FILES: Final = 500
@@ -53,23 +62,28 @@ def _r(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
 
 
-_FETCH = r"(?:curl|wget|fetch|iwr|irm|invoke-webrequest|invoke-restmethod)\b"
-_SHELL = r"(?:ba|z|k|da)?sh\b|python[0-9.]*\b|perl\b|ruby\b|node\b|iex\b|invoke-expression\b"
+_FETCH = r"(?:curl|wget|iwr|irm|invoke-webrequest|invoke-restmethod)\b"
+_SHELL = (
+    r"(?:sudo(?:\s+-\S+)*\s+)?(?:/\S*/)?(?:(?:ba|z|k|da)?sh|python[0-9.]*|perl|ruby|node"
+    r"|iex|invoke-expression)\b"
+)
 _CRED_FILES = (
     r"\.ssh\b|id_rsa|id_ed25519|\.aws/credentials|\.netrc\b|\.gnupg|\.docker/config\.json"
     r"|\.config/gh/hosts|\.kube/config|/etc/shadow|\.git-credentials|\.npmrc|\.pypirc"
-    r"|login data|cookies\.sqlite|keychain|\.openclaw/(?:credentials|openclaw\.json)"
-    r"|klaw/(?:engine|gateway)\.env|auth-profiles\.json"
+    r"|login data|cookies\.sqlite|security\s+find-(?:generic|internet)-password"
+    r"|\.openclaw/(?:credentials|openclaw\.json)|klaw/(?:engine|gateway)\.env|auth-profiles\.json"
 )
-
+_SEND = r"(?:curl|wget|nc|ncat)\b|urlopen|requests\.(?:post|put)|http\.request|fetch\("
+# Every gap is bounded: a long line must not make a pattern backtrack for minutes.
 RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "pipe-to-shell",
         "critical",
         "runs a download as code (a network fetch piped into a shell or interpreter)",
         _r(
-            rf"{_FETCH}[^\n|]*\|\s*(?:sudo\s+)?(?:{_SHELL})|(?:{_SHELL})\s*<\(\s*{_FETCH}"
-            rf"|(?:iex|invoke-expression)\s*\(?\s*(?:\(\s*)?(?:{_FETCH})"
+            rf"{_FETCH}[^\n|]{{0,400}}\|\s*{_SHELL}|{_SHELL}\s*<\(\s*{_FETCH}"
+            rf"|(?:ba|z)?sh\s+-c\s+[\"']?\$\(\s*{_FETCH}"
+            rf"|(?:iex|invoke-expression)\s*\(?\s*(?:\(\s*)?{_FETCH}"
         ),
     ),
     Rule(
@@ -77,7 +91,7 @@ RULES: Final[tuple[Rule, ...]] = (
         "critical",
         "decodes a hidden payload and runs it",
         _r(
-            r"base64\s+(?:-d|--decode)[^\n]*\|\s*(?:ba|z)?sh\b"
+            rf"base64\s+(?:-d|--decode)[^\n|]{{0,200}}\|\s*{_SHELL}"
             r"|(?:eval|exec)\s*\(\s*(?:base64|atob|bytes\.fromhex|codecs\.decode|zlib\.decompress"
             r"|__import__\(\s*['\"](?:base64|zlib|codecs)|b64decode|Buffer\.from)"
             r"|frombase64string"
@@ -90,6 +104,12 @@ RULES: Final[tuple[Rule, ...]] = (
         re.compile(r"[A-Za-z0-9+/]{200,}={0,2}|(?:\\x[0-9a-fA-F]{2}){40,}"),
     ),
     Rule(
+        "hidden-unicode",
+        "warn",
+        "invisible or direction-changing characters (they can hide text from a reader)",
+        re.compile(r"[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]"),
+    ),
+    Rule(
         "credential-files",
         "critical",
         "reads credential files (SSH keys, cloud or git credentials, browser data, agent keys)",
@@ -98,20 +118,19 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "env-secrets",
         "critical",
-        "reads secrets from the environment and sends or dumps them",
+        "sends the environment (where secrets live) somewhere, or dumps it",
         _r(
-            r"(?:printenv|\benv\b)\s*(?:\||>)|os\.environ(?:\.copy\(\))?\s*\)|dict\(os\.environ\)"
-            r"|json\.dumps\(\s*(?:dict\()?os\.environ|process\.env\)"
-            r"|(?:curl|wget)\b[^\n]*\$\{?[A-Z_]*(?:KEY|TOKEN|SECRET|PASSWORD)"
+            rf"(?:printenv|\benv)\s*\|\s*(?:{_SEND})|json\.dumps\(\s*(?:dict\()?os\.environ"
+            rf"|JSON\.stringify\(\s*process\.env|(?:{_SEND})[^\n]{{0,200}}(?:os\.environ\b(?!\.get|\[)"
+            r"|process\.env\b(?!\.))"
         ),
     ),
     Rule(
         "exfiltration",
         "critical",
-        "sends files or data to a collection endpoint",
+        "sends data to a collection endpoint (webhooks, paste sites, tunnels, reverse shells)",
         _r(
-            r"(?:curl|wget)\b[^\n]*(?:-d|--data(?:-binary)?|-F|--upload-file|-T)\s*@"
-            r"|discord(?:app)?\.com/api/webhooks|hooks\.slack\.com|pastebin\.com|requestbin"
+            r"discord(?:app)?\.com/api/webhooks|hooks\.slack\.com|pastebin\.com|requestbin"
             r"|webhook\.site|ngrok\.io|transfer\.sh|\bnc\s+-[a-z]*e\b|/dev/tcp/"
         ),
     ),
@@ -124,7 +143,8 @@ RULES: Final[tuple[Rule, ...]] = (
             r"(?:instructions|rules|prompts?|messages)"
             r"|disregard\s+(?:all\s+|any\s+)?(?:the\s+)?(?:previous|prior|above|system|your)\s+"
             r"(?:instructions|rules|guidelines)"
-            r"|(?:do\s+not|don't|never)\s+(?:tell|inform|mention\s+(?:this\s+)?to)\s+the\s+(?:user|owner)"
+            r"|(?:do\s+not|don't|never)\s+(?:tell|inform|let)\s+the\s+(?:user|owner)\s+"
+            r"(?:about|that|know)|without\s+(?:telling|informing)\s+the\s+(?:user|owner)"
             r"|you\s+are\s+no\s+longer\s+bound|override\s+(?:the\s+|your\s+)?system\s+prompt"
             r"|игнорируй\s+(?:все\s+)?(?:предыдущие|прежние)\s+(?:инструкции|правила)"
             r"|忽略(?:之前|以上|先前|所有)(?:的)?(?:所有)?(?:指令|指示|规则)"
@@ -135,7 +155,8 @@ RULES: Final[tuple[Rule, ...]] = (
         "warn",
         "deletes or opens up the file system wholesale",
         _r(
-            r"rm\s+-[a-z]*r[a-z]*f?\s+(?:/|~|\$HOME)(?:\s|$)|chmod\s+-R\s+777\s+/|mkfs\.|dd\s+if=.*of=/dev/"
+            r"rm\s+-[a-z]*r[a-z]*\s+[\"']?(?:/|~/?|\$\{?HOME\}?/?)[\"']?(?:\s|$|\*)"
+            r"|chmod\s+-R\s+777\s+/|mkfs\.|dd\s+if=[^\n]{0,200}of=/dev/"
         ),
     ),
     Rule(
@@ -155,51 +176,114 @@ RULES: Final[tuple[Rule, ...]] = (
     ),
 )
 
+_INVISIBLE = re.compile(r"[\u200b-\u200f\u2060-\u2064\ufeff]")
+_WINDOW = 2000  # long lines are matched in overlapping windows of this many characters
+_TEXT_SUFFIXES = frozenset(
+    {".md", ".txt", ".sh", ".bash", ".zsh", ".py", ".js", ".mjs", ".cjs", ".ts", ".json",
+     ".yaml", ".yml", ".toml", ".rb", ".pl", ".ps1", ".bat", ".cmd", ".env", ".cfg", ".ini"}
+)  # fmt: skip
+#: Folders of tools, not of the skill: not read, and never served by skill_load.
+SKIPPED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv"})
+
+
+def _windows(line: str) -> Iterator[tuple[int, str]]:
+    if len(line) <= _WINDOW:
+        yield 0, line
+        return
+    for start in range(0, len(line), _WINDOW // 2):
+        yield start, line[start : start + _WINDOW]
+
 
 def scan_text(text: str, file: str = "SKILL.md") -> Iterator[Finding]:
-    for n, line in enumerate(text.splitlines(), 1):
-        for rule in RULES:
-            m = rule.pattern.search(line)
-            if m is not None:
-                start = max(0, m.start() - 20)
-                excerpt = line[start : m.end() + 20].strip()
-                if len(excerpt) > 120:
-                    excerpt = excerpt[:117] + "..."
-                yield Finding(rule.id, rule.severity, rule.what, file, n, excerpt)
+    for n, raw in enumerate(text.splitlines(), 1):
+        seen: set[str] = set()
+        for _offset, part in _windows(raw):
+            visible = _INVISIBLE.sub("", part)  # "ignore\u200b all previous…" still matches
+            for rule in RULES:
+                if rule.id in seen:
+                    continue
+                m = rule.pattern.search(part if rule.id == "hidden-unicode" else visible)
+                if m is not None:
+                    seen.add(rule.id)
+                    text_ = part if rule.id == "hidden-unicode" else visible
+                    start = max(0, m.start() - 20)
+                    excerpt = text_[start : m.end() + 20].strip()
+                    if len(excerpt) > 120:
+                        excerpt = excerpt[:117] + "..."
+                    yield Finding(rule.id, rule.severity, rule.what, file, n, excerpt)
+
+
+def skill_files(folder: Path) -> list[Path]:
+    """The files of a skill that are its own (tool folders such as .git left out)."""
+    out: list[Path] = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(part in SKIPPED_DIRS for part in rel.parts[:-1]) or rel.parts[0] in SKIPPED_DIRS:
+            continue
+        if path.is_file() or path.is_symlink():
+            out.append(path)
+    return out
 
 
 def scan_skill(folder: Path) -> list[Finding]:
-    """Findings over every file of a skill folder (symlinks are reported, not followed)."""
+    """Findings over every file of a skill folder. What cannot be checked is itself a
+    finding: SKILL.md or a text file that is binary, too big or unreadable, a link that
+    leaves the folder, more files than are read (all critical: an unchecked text could
+    say anything)."""
     out: list[Finding] = []
-    files = sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+    root = folder.resolve()
+    files = skill_files(folder)
+    if len(files) > _MAX_FILES:
+        out.append(
+            Finding(
+                "many-files",
+                "critical",
+                f"more than {_MAX_FILES} files: not all checked",
+                ".",
+                0,
+                "",
+            )
+        )
     for path in files[:_MAX_FILES]:
         rel = path.relative_to(folder).as_posix()
+        texty = path.name == "SKILL.md" or path.suffix.lower() in _TEXT_SUFFIXES
         if path.is_symlink():
-            target = str(path.readlink())
-            out.append(
-                Finding("symlink", "warn", "a link that points elsewhere", rel, 0, f"-> {target}")
-            )
-            out.extend(scan_text(target, rel))
-            continue
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                out.append(Finding("symlink", "critical", "a broken or looping link", rel, 0, ""))
+                continue
+            if not target.is_relative_to(root):
+                out.append(
+                    Finding(
+                        "symlink",
+                        "critical",
+                        "a link that leaves the skill's folder",
+                        rel,
+                        0,
+                        f"-> {target}",
+                    )
+                )
+                continue
         try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                out.append(Finding("large-file", "warn", "too big to read", rel, 0, ""))
+            size = path.stat().st_size
+            if size > MAX_FILE_BYTES:
+                sev = "critical" if texty else "warn"
+                out.append(
+                    Finding("large-file", sev, "too big to be checked", rel, 0, f"{size} bytes")
+                )
                 continue
             raw = path.read_bytes()
         except OSError as exc:
-            out.append(Finding("unreadable", "warn", "could not be read", rel, 0, str(exc)))
+            out.append(Finding("unreadable", "critical", "could not be read", rel, 0, str(exc)))
             continue
-        if b"\0" in raw[:8192]:
+        if b"\0" in raw[:8192] and not texty:
             if path.suffix.lower() not in (".png", ".jpg", ".jpeg", ".gif", ".webp", ".ico"):
                 out.append(
                     Finding("binary", "warn", "a binary file (not readable text)", rel, 0, "")
                 )
             continue
-        out.extend(scan_text(raw.decode("utf-8", errors="replace"), rel))
-    if len(files) > _MAX_FILES:
-        out.append(
-            Finding(
-                "many-files", "warn", f"more than {_MAX_FILES} files; the rest unread", ".", 0, ""
-            )
-        )
+        if b"\0" in raw:
+            out.append(Finding("binary", "critical", "a text file with binary bytes", rel, 0, ""))
+        out.extend(scan_text(raw.replace(b"\0", b" ").decode("utf-8", errors="replace"), rel))
     return out

@@ -1,24 +1,31 @@
 """The owner's on/off for skills: `$XDG_CONFIG_HOME/klaw/skills.json`.
 
-`{"enabled": [names], "disabled": [names]}`. A skill that `klaw skills check` flags
-is off until its name is in `enabled` (`klaw skills enable NAME`); any skill named in
-`disabled` is off. Written atomically by the CLI, read on every catalog scan (the
-engine sees a change at its next turn).
+`{"enabled": {name: digest}, "disabled": [names]}`. A skill that `klaw skills check`
+flags is off until the owner enables it by name (`klaw skills enable NAME`), which
+records a digest of the skill's files as they are then: an edited skill is checked
+again and stays off until enabled again. Any skill named in `disabled` is off. A
+damaged file turns every skill off (fail closed: which ones were disabled is unknown)
+until it is fixed or deleted. Written atomically by the CLI, read on every catalog
+scan (the engine sees a change at its next turn).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["SkillChoices"]
 
+log = logging.getLogger("klaw.skills")
+
 
 @dataclass(frozen=True, slots=True)
 class SkillChoices:
-    enabled: frozenset[str] = frozenset()
+    enabled: dict[str, str] = field(default_factory=dict)  # name -> digest when enabled
     disabled: frozenset[str] = frozenset()
+    broken: bool = False
 
     @classmethod
     def load(cls, path: Path) -> SkillChoices:
@@ -27,42 +34,31 @@ class SkillChoices:
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError) as exc:
-            # A damaged file must not switch flagged skills on: enable nothing.
-            import logging
-
-            logging.getLogger("klaw.skills").warning(
-                "%s unreadable (%s): no skill enabled", path, exc
-            )
-            return cls()
+            log.warning("%s unreadable (%s): every skill is off until it is fixed", path, exc)
+            return cls(broken=True)
         if not isinstance(data, dict):
-            return cls()
-
-        def names(key: str) -> frozenset[str]:
-            value = data.get(key)
-            return (
-                frozenset(v for v in value if isinstance(v, str))
-                if isinstance(value, list)
-                else frozenset()
-            )
-
-        return cls(names("enabled"), names("disabled"))
+            return cls(broken=True)
+        en = data.get("enabled", {})
+        dis = data.get("disabled", [])
+        if not isinstance(en, dict) or not isinstance(dis, list):
+            return cls(broken=True)
+        return cls(
+            {k: v for k, v in en.items() if isinstance(k, str) and isinstance(v, str)},
+            frozenset(v for v in dis if isinstance(v, str)),
+        )
 
     def save(self, path: Path) -> None:
         from klaw.fsutil import replace_durably
 
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(
-            json.dumps(
-                {"enabled": sorted(self.enabled), "disabled": sorted(self.disabled)}, indent=2
-            )
-            + "\n",
-            encoding="utf-8",
-        )
+        data = {"enabled": dict(sorted(self.enabled.items())), "disabled": sorted(self.disabled)}
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         replace_durably(tmp, path)
 
-    def enable(self, name: str) -> SkillChoices:
-        return SkillChoices(self.enabled | {name}, self.disabled - {name})
+    def enable(self, name: str, digest: str) -> SkillChoices:
+        return SkillChoices({**self.enabled, name: digest}, self.disabled - {name})
 
     def disable(self, name: str) -> SkillChoices:
-        return SkillChoices(self.enabled - {name}, self.disabled | {name})
+        enabled = {k: v for k, v in self.enabled.items() if k != name}
+        return SkillChoices(enabled, self.disabled | {name})

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import yaml
 
 from klaw.skills.meta import SkillMeta, command_name, read_meta, unmet
-from klaw.skills.scan import Finding, scan_skill
+from klaw.skills.scan import MAX_FILE_BYTES, SKIPPED_DIRS, Finding, scan_skill, skill_files
 from klaw.skills.state import SkillChoices
 from klaw.tools.base import Tool, ToolError
 
@@ -108,6 +108,37 @@ class SkillStatus:
         return ""
 
 
+# folder -> (signature of its files, (findings, digest)): one scan per change, shared
+# by every catalog (the pipeline makes one per turn).
+_SCANS: dict[Path, tuple[tuple[tuple[str, int, int], ...], tuple[tuple[Finding, ...], str]]] = {}
+
+
+def _scan_cached(folder: Path) -> tuple[tuple[Finding, ...], str]:
+    import hashlib
+
+    try:
+        files = skill_files(folder)
+        sig = tuple((str(p), int(st.st_mtime_ns), st.st_size) for p in files for st in (p.lstat(),))
+    except OSError:
+        sig = ()
+    cached = _SCANS.get(folder)
+    if cached is not None and cached[0] == sig and sig:
+        return cached[1]
+    found = tuple(scan_skill(folder))
+    h = hashlib.sha256()
+    for path in skill_files(folder):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        try:
+            h.update(path.read_bytes() if path.stat().st_size <= MAX_FILE_BYTES else b"big")
+        except OSError:
+            h.update(b"unreadable")
+    result = (found, h.hexdigest()[:16])
+    if len(_SCANS) > 256:
+        _SCANS.clear()
+    _SCANS[folder] = (sig, result)
+    return result
+
+
 def parse_frontmatter(text: str) -> dict[str, Any]:
     """The YAML mapping between the leading `---` lines; ValueError says what is wrong."""
     lines = text.lstrip("\ufeff").splitlines()
@@ -156,8 +187,6 @@ class SkillCatalog:
         self.config = config
         self.env = env
         self._warned: set[str] = set()
-        # folder -> (signature of its files, findings): a scan runs again only on change
-        self._scans: dict[Path, tuple[tuple[tuple[str, int, int], ...], tuple[Finding, ...]]] = {}
 
     @classmethod
     def for_paths(cls, paths: KlawPaths, config: EngineConfig | None = None) -> SkillCatalog:
@@ -222,39 +251,34 @@ class SkillCatalog:
     def get(self, name: str) -> Skill | None:
         return self.skills().get(name.strip())
 
-    def _findings(self, skill: Skill) -> tuple[Finding, ...]:
+    def _findings(self, skill: Skill) -> tuple[tuple[Finding, ...], str]:
+        """(findings, digest of the files checked); builtin skills ship with Klaw."""
         if skill.origin == "builtin":
-            return ()  # shipped with Klaw
-        folder = skill.folder
-        try:
-            sig = tuple(
-                (str(p), int(st.st_mtime_ns), st.st_size)
-                for p in sorted(folder.rglob("*"))
-                for st in (p.lstat(),)
-            )
-        except OSError:
-            sig = ()
-        cached = self._scans.get(folder)
-        if cached is not None and cached[0] == sig:
-            return cached[1]
-        found = tuple(scan_skill(folder))
-        self._scans[folder] = (sig, found)
-        return found
+            return (), ""
+        return _scan_cached(skill.folder)
 
     def status(self, skill: Skill, choices: SkillChoices | None = None) -> SkillStatus:
         if choices is None:
             choices = SkillChoices.load(self.choices_path) if self.choices_path else SkillChoices()
-        findings = self._findings(skill)
+        findings, digest = self._findings(skill)
         problems = list(skill.meta.problems)
+        if choices.broken and skill.origin != "builtin":
+            # Which skills the owner turned off is unknown: none is on until it is fixed.
+            problems.append(
+                f"the owner's skill choices ({self.choices_path}) are damaged: fix or delete it"
+            )
         missing = unmet(skill.meta, config=self.config, env=self.env or os.environ)
         return SkillStatus(
             skill,
             tuple(problems + missing),
             findings,
             any(f.severity == "critical" for f in findings),
-            skill.name in choices.enabled,
+            choices.enabled.get(skill.name) == digest,  # enabled as it is now, not an edit
             skill.name in choices.disabled,
         )
+
+    def digest(self, skill: Skill) -> str:
+        return self._findings(skill)[1]
 
     def statuses(self) -> dict[str, SkillStatus]:
         choices = SkillChoices.load(self.choices_path) if self.choices_path else SkillChoices()
@@ -359,8 +383,14 @@ class SkillLoad(Tool):
         target = (root / file).resolve()
         if not target.is_relative_to(root) or target == root:
             raise ToolError(f"{file!r} is outside the skill's folder")
+        rel = target.relative_to(root).parts
+        if any(p.startswith(".") or p in SKIPPED_DIRS for p in rel):
+            # .env, .git/config and the like hold secrets and were never checked.
+            raise ToolError(f"{file!r} is not one of the skill's files")
         if not target.is_file():
             raise ToolError(f"Skill {skill.name!r} has no file {file!r}")
+        if target.stat().st_size > MAX_FILE_BYTES:
+            raise ToolError(f"{file!r} is too big to be read here; use it from code_execute")
         with target.open("rb") as f:
             raw = f.read(MAX_RESOURCE_BYTES + 1)
         if b"\0" in raw[:8192]:
