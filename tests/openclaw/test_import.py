@@ -205,3 +205,59 @@ async def test_import_refuses_while_the_engine_runs(
     assert rc == 1
     assert "stop the engine first" in err and "klaw import" in err
     assert not klaw_home.approved_chats.exists()
+
+
+async def test_odd_values_other_channels_and_the_owners_own_settings(
+    klaw_home: KlawPaths, home: Path
+) -> None:
+    klaw_init_yaml(klaw_home)
+    text = klaw_home.engine_config.read_text()
+    own_ws = klaw_home.workspace
+    klaw_home.engine_config.write_text(
+        text.replace("# workspace: ~/klaw-workspace", f"workspace: {json.dumps(str(own_ws))}")
+    )
+    cfg = (home / "openclaw.json").read_text()
+    cfg = cfg.replace('dmPolicy: "pairing"', 'dmPolicy: "open", groupPolicy: "disabled"')
+    cfg = cfg.replace(
+        '"local/qwen3-8b": {},', '"local/qwen3-8b": {}, "Sonnet": { alias: "sonnet" },'
+    )
+    (home / "openclaw.json").write_text(cfg)
+    (home / "agents/main/agent/auth-profiles.json").write_text('{"version": 1, "profiles": []}')
+    (home / "cron/jobs.json").write_text(json.dumps({"version": 1, "jobs": [
+        {"id": "a1", "name": "Huge", "schedule": {"kind": "every", "everyMs": 1e300},
+         "payload": {"kind": "agentTurn", "message": "x"}},
+        {"id": "a2", "name": "Far", "schedule": {"kind": "at", "at": 1e20},
+         "payload": {"kind": "agentTurn", "message": "x"}},
+        {"id": "a3", "name": 42, "schedule": {"kind": "cron", "expr": "0 9 * * *"},
+         "payload": {"kind": "agentTurn", "message": "numbers for names"}},
+        {"id": "a4", "name": "Never", "schedule": {"kind": "cron", "expr": "0 0 30 2 *"},
+         "payload": {"kind": "agentTurn", "message": "February 30th"}},
+    ]}))  # fmt: skip
+    sessions = home / "agents/main/sessions"
+    index = json.loads((sessions / "sessions.json").read_text())
+    index["agent:main:whatsapp:group:120363@g.us"] = {"sessionId": "wa-1", "updatedAt": 1}
+    (sessions / "sessions.json").write_text(json.dumps(index))
+    wa = json.dumps({
+        "type": "message", "id": "w1", "parentId": None, "timestamp": "2026-01-05T10:00:00Z",
+        "message": {"role": "user", "content": "[WhatsApp Fam id:+4915] secret family plans"},
+    }) + "\n"  # fmt: skip
+    (sessions / "wa-1.jsonl").write_text(wa)
+    (sessions / "stray.jsonl").write_text(wa.replace("w1", "w2"))  # not listed anywhere
+    rc, out, err = await klaw("import", "openclaw", str(home), "--no-reindex", timeout=300)
+    assert rc == 0, err + out
+    # Other channels' chats stay out of the owner's history.
+    assert not any("family plans" in r["content"] for r in log_lines(klaw_home, CHAT))
+    assert "whatsapp:group" in out and "stray.jsonl: not in sessions.json" in out
+    # "open" DMs are not widened into allowAll, and groups are off as in OpenClaw.
+    gw = yaml.safe_load(klaw_home.gateway_config.read_text())
+    assert not gw["channels"]["telegram"].get("allowAll")
+    assert "dmPolicy open" in out
+    assert f"telegram_{GROUP}" not in Approvals(klaw_home.approved_chats).ids()
+    # The owner's workspace setting is kept and said so.
+    eng = yaml.safe_load(klaw_home.engine_config.read_text())
+    assert eng["workspace"] == str(own_ws) and "(yours; OpenClaw's is" in out
+    # Odd job values are reported, one by one; the rest is imported.
+    assert "'Huge': its interval has no usable everyMs" in out
+    assert "'Far': its one-time schedule has no valid time" in out
+    assert "42: 0 9 * * * (" in out  # a number for a name is a name
+    assert "job never not added" in out and "never fires" in out

@@ -482,7 +482,12 @@ class Pipeline:
         if self._core_problem is not None and not group:
             await self._warn_core(batch, latest)
         registry = self._registry(chat_id, group)
-        if group or not await asyncio.to_thread(onboarding_pending, self.paths.workspace):
+        # Onboarding is a conversation with the owner: never in groups, jobs or heartbeats.
+        background = batch.lean or chat_id.startswith(SUBAGENT_CHAT_PREFIX)
+        onboarding = not (group or background) and await asyncio.to_thread(
+            onboarding_pending, self.paths.workspace
+        )
+        if not onboarding:
             registry = registry.only(n for n in registry.names() if n != "onboarding_done")
         if batch.lean:
             registry = registry.only(LEAN_TOOLS)
@@ -500,7 +505,8 @@ class Pipeline:
                 skills=skills,
                 invoked_skill=invoked,
                 chat_kind="group" if group else "private",
-                skip_files=LEAN_SKIPPED_FILES if batch.lean else frozenset(),
+                skip_files=(LEAN_SKIPPED_FILES if batch.lean else frozenset())
+                | (frozenset() if onboarding else frozenset({"BOOTSTRAP.md"})),
             )
         )
         messages = list(context.messages)
@@ -771,7 +777,8 @@ class Pipeline:
         text = batch.messages[-1].content.lstrip()
         if not text.startswith("/"):
             return None
-        command = text[1:].split(maxsplit=1)[0].split("@")[0].lower() if len(text) > 1 else ""
+        words = text[1:].split(maxsplit=1)
+        command = words[0].split("@")[0].lower() if words else ""
         skill = self._skill_for(command) if command else None
         return (command, skill) if skill else None
 

@@ -153,8 +153,10 @@ class Home:
         # Keys older versions kept elsewhere (OpenClaw's doctor migrates them the same way).
         if "agent" in data and "agents" not in data:
             data["agents"] = {"defaults": data.pop("agent")}
-        if "telegram" in data and "telegram" not in (data.get("channels") or {}):
-            data.setdefault("channels", {})["telegram"] = data.pop("telegram")
+        if not isinstance(data.get("channels"), dict):
+            data["channels"] = {}
+        if "telegram" in data and "telegram" not in data["channels"]:
+            data["channels"]["telegram"] = data.pop("telegram")
         self.config = data
 
     def get(self, *keys: str) -> Any:
@@ -202,7 +204,7 @@ class Home:
     def workspace(self) -> Path:
         value = self.agent_setting("workspace")
         if isinstance(value, str) and value.strip():
-            return Path(os.path.expanduser(value.strip()))
+            return Path(os.path.expanduser(os.path.expandvars(value.strip())))
         profile = os.environ.get("OPENCLAW_PROFILE")
         if profile and profile != "default":
             return self.root / f"workspace-{profile}"

@@ -37,7 +37,7 @@ def job_name(name: str, source_id: str, taken: set[str]) -> str:
     slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:48] or "job"
     if not slug[0].isalnum():
         slug = "j" + slug
-    if slug in (HEARTBEAT, "summaries"):
+    if slug in (HEARTBEAT, "summaries", "boot-md"):
         slug = f"{slug}-openclaw"
     base, n = slug, 1
     tail = re.sub(r"[^a-z0-9]", "", source_id.lower())[:6]
@@ -51,12 +51,15 @@ def job_name(name: str, source_id: str, taken: set[str]) -> str:
 def _iso_ms(value: Any) -> datetime | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(value / 1000, UTC)
+    try:
+        if isinstance(value, (int, float)):
+            return datetime.fromtimestamp(value / 1000, UTC)
+        if isinstance(value, str) and value.strip().isdigit():
+            return datetime.fromtimestamp(int(value.strip()) / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
     if isinstance(value, str) and value.strip():
         text = value.strip()
-        if text.isdigit():
-            return datetime.fromtimestamp(int(text) / 1000, UTC)
         try:
             when = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
@@ -86,8 +89,8 @@ def _schedule(job: dict[str, Any], zone: str) -> tuple[str, str]:
         return expr, str(tz)
     if kind == "every":
         every = sched.get("everyMs")
-        if isinstance(every, bool) or not isinstance(every, (int, float)) or every <= 0:
-            raise InvalidInput("its interval has no everyMs")
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 < every < 1e13:
+            raise InvalidInput("its interval has no usable everyMs")
         seconds = round(every / 1000)
         if seconds < MIN_EVERY_SECONDS:
             raise InvalidInput(f"it runs every {seconds}s (Klaw: at least {MIN_EVERY_SECONDS}s)")
@@ -207,3 +210,5 @@ def map_job(
         return MappedJob(source_id, label, spec, "; ".join(notes))
     except InvalidInput as exc:  # JobError and CronError too
         return MappedJob(source_id, label, None, str(exc))
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # odd types
+        return MappedJob(source_id, label, None, f"it could not be read ({exc})")

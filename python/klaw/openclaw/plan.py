@@ -25,7 +25,7 @@ from klaw.errors import InvalidInput
 from klaw.openclaw.home import Home
 from klaw.openclaw.jobs import MappedJob, map_job
 from klaw.openclaw.settings import Settings, map_settings
-from klaw.openclaw.transcripts import Transcript, chat_for_key, read_transcript
+from klaw.openclaw.transcripts import Transcript, chat_for_key, chat_of_file, read_transcript
 from klaw.paths import KlawPaths
 from klaw.wire.record import Record
 
@@ -114,8 +114,6 @@ class ImportPlan:
         p("gateway:")
         if s.telegram_token:
             p(f"  channels.telegram.token {s.telegram_token}")
-        if s.allow_all:
-            p("  channels.telegram.allowAll true (OpenClaw served every sender)")
         for chat, src in s.allowed:
             p(f"  allow {chat} (from {src})")
         p(f"cron jobs: {sum(1 for j in self.jobs if j.spec)} of {len(self.jobs)}")
@@ -160,9 +158,6 @@ def build_plan(home: Home, *, copy_to: Path | None = None, zone: str | None = No
 
     settings = map_settings(home)
     plan = ImportPlan(home, copy_to, settings)
-    user_zone = home.get("agents", "defaults", "userTimezone")
-    if isinstance(user_zone, str) and user_zone.strip():
-        zone = user_zone.strip()  # OpenClaw's owner zone: jobs without their own `tz`
     # --- transcripts ---------------------------------------------------------
     sessions_dir = home.sessions_dir
     index = home.read(sessions_dir / "sessions.json", "session index")
@@ -175,22 +170,33 @@ def build_plan(home: Home, *, copy_to: Path | None = None, zone: str | None = No
     for key, entry in index.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("sessionId"), str):
             continue
-        path = Path(entry.get("sessionFile") or sessions_dir / f"{entry['sessionId']}.jsonl")
-        if not path.is_absolute() or not path.exists():
-            path = sessions_dir / path.name
-        by_file[path.resolve()] = chat_for_key(key, entry, owner)
-        if by_file[path.resolve()] is None:
-            plan.skipped_sessions.append(f"session {key}: a job or hook run, not a conversation")
+        named = entry.get("sessionFile")
+        path = Path(named) if isinstance(named, str) and named else None
+        if path is None or not path.is_absolute() or not path.exists():
+            path = sessions_dir / (path.name if path else f"{entry['sessionId']}.jsonl")
+        chat = chat_for_key(key, entry, owner)
+        by_file[path.resolve()] = chat
+        if chat is None:
+            plan.skipped_sessions.append(
+                f"session {key}: a job, hook or subagent run, or another channel's chat"
+            )
     files = sorted(sessions_dir.glob("*.jsonl")) + sorted(sessions_dir.glob("*.jsonl.reset.*"))
     for path in files:
-        chat = by_file.get(path.resolve(), owner)
+        if path.resolve() in by_file:
+            chat = by_file[path.resolve()]
+        else:
+            chat = chat_of_file(path, owner)
+            if chat is None:
+                plan.skipped_sessions.append(
+                    f"transcript {path.name}: not in sessions.json and not the owner's chat"
+                )
         if chat is None:
             continue
         channel = chat.split("_", 1)[0]
         try:
             t = read_transcript(path, chat, channel)
-        except OSError as exc:
-            plan.problems.append(f"{path}: {exc.strerror or exc}; not imported")
+        except Exception as exc:  # one unreadable transcript never stops the import
+            plan.problems.append(f"{path}: {exc}; not imported")
             continue
         for n, why in t.skipped_lines[:5]:
             plan.problems.append(f"{path.name}:{n}: {why}; line skipped")
@@ -258,9 +264,11 @@ def _yaml() -> Any:
     return y
 
 
-def _edit_yaml(path: Path, default_text: str, edit: Any) -> bool:
-    """Loads `path` (or the default text), lets `edit(data)` change it, writes it back
-    atomically when anything changed; True if it did."""
+def _edit_yaml(path: Path, default_text: str, edit: Any, check: Any) -> bool:
+    """Loads `path` (or the default text), lets `edit(data)` change it, and when anything
+    changed writes it back atomically, after `check(tmp)` loaded the new text: a file
+    the engine could not load never replaces the owner's. True if it changed."""
+    from klaw.errors import KlawError
     from klaw.fsutil import replace_durably
 
     y = _yaml()
@@ -276,6 +284,13 @@ def _edit_yaml(path: Path, default_text: str, edit: Any) -> bool:
     tmp = path.with_name(path.name + ".import-tmp")
     tmp.write_text(buf.getvalue(), encoding="utf-8")
     tmp.chmod(0o600)
+    try:
+        check(tmp)
+    except (KlawError, ValueError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise InvalidInput(
+            f"the imported {path.name} would not load, left unchanged: {exc}"
+        ) from None
     replace_durably(tmp, path)
     return True
 
@@ -299,10 +314,16 @@ def _engine_edits(plan: ImportPlan, report: ImportReport) -> Any:
     def edit(data: Any) -> bool:
         changed = False
         ws = str(plan.workspace)
-        if data.get("workspace") != ws:
+        current = data.get("workspace")
+        if current in (None, ""):
             data["workspace"] = ws
             report.changed.append(f"engine.yaml workspace: {ws}")
             changed = True
+        elif str(current) != ws:
+            report.kept.append(
+                f"engine.yaml workspace {current} (yours; OpenClaw's is {ws}: use "
+                "--copy-workspace to copy it into yours)"
+            )
         providers = _section(data, "providers")
         for pid, entry in s.providers.items():
             if pid in providers:
@@ -361,10 +382,6 @@ def _gateway_edits(plan: ImportPlan, report: ImportReport) -> Any:
                 tg["token"] = s.telegram_token
                 report.changed.append(f"gateway.yaml telegram token {s.telegram_token}")
                 changed = True
-        if s.allow_all and not tg.get("allowAll"):
-            tg["allowAll"] = True
-            report.changed.append("gateway.yaml telegram allowAll true")
-            changed = True
         return changed
 
     return edit
@@ -427,12 +444,14 @@ def _store_jobs(plan: ImportPlan, paths: KlawPaths, report: ImportReport) -> Non
     specs = [j.spec for j in plan.jobs if j.spec is not None]
     if not specs:
         return
-    for spec, added in store_jobs(paths.scheduler_db, specs):
-        if added:
+    for spec, status in store_jobs(paths.scheduler_db, specs):
+        if status == "added":
             report.jobs_added += 1
             report.changed.append(f"job {spec.name}")
-        else:
+        elif status == "exists":
             report.kept.append(f"job {spec.name} (imported before)")
+        else:
+            report.kept.append(f"job {spec.name} not added: {status}")
 
 
 def _approve(plan: ImportPlan, paths: KlawPaths, report: ImportReport) -> None:
@@ -471,9 +490,17 @@ def apply_plan(plan: ImportPlan, paths: KlawPaths, *, reindex: bool = True) -> I
         _copy_workspace(plan.home.workspace, plan.copy_to, report)
     elif not plan.home.workspace.is_dir():
         raise InvalidInput(f"OpenClaw's workspace {plan.home.workspace} does not exist")
-    _edit_yaml(paths.engine_config, default_engine_yaml(), _engine_edits(plan, report))
-    _edit_yaml(paths.gateway_config, default_gateway_yaml(), _gateway_edits(plan, report))
-    load_engine_config(paths.engine_config)  # what was written must load; raises naming the key
+    from klaw.config import load_gateway_config
+
+    _edit_yaml(
+        paths.engine_config, default_engine_yaml(), _engine_edits(plan, report), load_engine_config
+    )
+    _edit_yaml(
+        paths.gateway_config,
+        default_gateway_yaml(),
+        _gateway_edits(plan, report),
+        load_gateway_config,
+    )
     _approve(plan, paths, report)
     _copy_skills(plan, paths, report)
     _write_history(plan, paths, report)

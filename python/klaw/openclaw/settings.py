@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from klaw.openclaw.home import Home, env_reference
+from klaw.openclaw.home import Home
+from klaw.openclaw.home import env_reference as _env_text
 
 __all__ = ["BUILTIN_PROVIDERS", "Settings", "map_settings", "normalize_provider"]
 
@@ -42,6 +43,18 @@ _APIS = {
 }
 
 
+def env_reference(value: Any) -> str | None:
+    """`VAR` for `${VAR}`, or for a SecretRef of OpenClaw's newer configs
+    (`{"source": "env", "id": "VAR"}`)."""
+    if (
+        isinstance(value, dict)
+        and value.get("source") == "env"
+        and isinstance(value.get("id"), str)
+    ):
+        return str(value["id"])
+    return _env_text(value)
+
+
 def normalize_provider(name: str) -> str:
     low = name.strip().lower()
     return _ALIASES.get(low, low)
@@ -57,22 +70,22 @@ class Settings:
     heartbeat: dict[str, Any] = field(default_factory=dict)
     telegram_token: str | None = None  # a ${VAR} reference
     allowed: list[tuple[str, str]] = field(default_factory=list)  # (chat id, where from)
-    allow_all: bool = False
     env_to_set: list[str] = field(default_factory=list)  # "VAR: where OpenClaw keeps it"
     unmapped: list[str] = field(default_factory=list)
     owner_chat: str | None = None
 
 
-def _model_ref(home: Home, ref: str) -> str:
+def _model_ref(home: Home, ref: str, depth: int = 0) -> str:
     ref = ref.strip()
     if "/" in ref:
         provider, model = ref.split("/", 1)
         return f"{normalize_provider(provider)}/{model}"
     catalog = home.get("agents", "defaults", "models")
-    if isinstance(catalog, dict):
+    if isinstance(catalog, dict) and depth < 4:
         for key, entry in catalog.items():
-            if isinstance(entry, dict) and str(entry.get("alias", "")).lower() == ref.lower():
-                return _model_ref(home, str(key))
+            alias = entry.get("alias") if isinstance(entry, dict) else None
+            if isinstance(alias, str) and alias.lower() == ref.lower() and str(key) != ref:
+                return _model_ref(home, str(key), depth + 1)
     return f"anthropic/{ref}"
 
 
@@ -94,7 +107,7 @@ def _stored_keys(home: Home) -> dict[str, str]:
     data = home.read(home.auth_profiles, "auth profiles")
     out: dict[str, str] = {}
     profiles = data.get("profiles") if isinstance(data, dict) else None
-    for pid, prof in (profiles or {}).items():
+    for pid, prof in profiles.items() if isinstance(profiles, dict) else []:
         if isinstance(prof, dict) and isinstance(prof.get("provider"), str):
             kind = prof.get("type")
             if kind in ("api_key", "token"):
@@ -150,13 +163,13 @@ def map_settings(home: Home) -> Settings:
         entry: dict[str, Any] = {}
         meta = model_meta.get(ref, {})
         window, max_tokens = meta.get("contextWindow"), meta.get("maxTokens")
-        if isinstance(window, int) and window > 0:
+        if isinstance(window, int) and not isinstance(window, bool) and window >= 1024:
             # Klaw sends less than a model can take (token cost): at most 16k of context.
             entry["contextBudget"] = min(window, CONTEXT_BUDGET_CAP)
-        if isinstance(max_tokens, int) and max_tokens > 0:
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0:
             # The reply's reserve comes out of the budget: keep three quarters for input.
             budget = entry.get("contextBudget", CONTEXT_BUDGET_CAP)
-            entry["maxTokens"] = min(max_tokens, budget // 4)
+            entry["maxTokens"] = max(1, min(max_tokens, budget // 4))
         s.models[ref] = entry
         s.model_map[ref] = ref
     # the raw refs (aliases, unnormalised) map as their resolved form
@@ -174,6 +187,9 @@ def map_settings(home: Home) -> Settings:
     # --- Telegram ----------------------------------------------------------
     tg = home.get("channels", "telegram")
     tg = tg if isinstance(tg, dict) else {}
+    if tg and tg.get("enabled") is False:
+        s.unmapped.append("Telegram is off in OpenClaw (channels.telegram.enabled: false)")
+        tg = {}
     token = tg.get("botToken")
     ref_var = env_reference(token)
     if ref_var:
@@ -189,21 +205,36 @@ def map_settings(home: Home) -> Settings:
     ids, others = _telegram_ids(tg.get("allowFrom"))
     stored_allow = home.read(home.credentials_dir / "telegram-allowFrom.json", "Telegram allowlist")
     paired, paired_other = _telegram_ids(
-        stored_allow.get("allowFrom") if isinstance(stored_allow, dict) else None
+        stored_allow.get("allowFrom") if isinstance(stored_allow, dict) and tg else None
     )
+    if tg.get("dmPolicy") == "disabled":
+        s.unmapped.append("Telegram DMs are off in OpenClaw (dmPolicy: disabled): none allowed")
+        ids, others, paired, paired_other = [], [], [], []
     for chat in ids:
         s.allowed.append((f"telegram_{chat}", "channels.telegram.allowFrom"))
     for chat in paired:
         if f"telegram_{chat}" not in [a for a, _ in s.allowed]:
             s.allowed.append((f"telegram_{chat}", "credentials/telegram-allowFrom.json"))
     if "*" in others or tg.get("dmPolicy") == "open":
-        s.allow_all = True
+        # Klaw's allowAll would let every group in too; OpenClaw's "open" is DMs only.
+        s.unmapped.append(
+            "Telegram dmPolicy open (anyone may DM the bot): not carried over, Klaw's "
+            "allowAll also admits every group; new people pair with `klaw pair approve`"
+        )
+
     for name in [o for o in others + paired_other if o != "*"]:
         s.unmapped.append(
             f"Telegram allowFrom {name!r}: Klaw allows chats by numeric id; "
             "approve it with `klaw pair` when it writes"
         )
     groups = tg.get("groups")
+    if tg.get("groupPolicy") == "disabled":
+        groups = None  # OpenClaw answers no group
+    elif tg.get("groupAllowFrom") or tg.get("groupPolicy") == "open":
+        s.unmapped.append(
+            "Telegram groupPolicy/groupAllowFrom (which members may talk in a group): Klaw "
+            "allows whole groups; only the listed groups are allowed"
+        )
     for gid, conf in (groups or {}).items() if isinstance(groups, dict) else []:
         if gid == "*":
             s.unmapped.append(
@@ -232,6 +263,8 @@ def map_settings(home: Home) -> Settings:
             m = re.fullmatch(r"(\d+)\s*([smhd]?)", every.lower())
             if m is None:
                 s.unmapped.append(f"heartbeat.every {every!r}: not a duration Klaw reads")
+            elif m.group(2) == "s" and 0 < int(m.group(1)) < 60:
+                s.unmapped.append(f"heartbeat.every {every!r}: Klaw's shortest interval is 1m")
             elif int(m.group(1)) == 0:
                 s.unmapped.append(
                     "heartbeat is off in OpenClaw (every: 0m): empty HEARTBEAT.md to keep it off"

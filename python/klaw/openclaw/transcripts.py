@@ -26,7 +26,7 @@ from typing import Any
 
 from klaw.wire.record import Record, to_iso
 
-__all__ = ["Transcript", "chat_for_key", "read_transcript"]
+__all__ = ["Transcript", "chat_for_key", "chat_of_file", "read_transcript"]
 
 _ENVELOPE = re.compile(
     r"^\[(?:Telegram|WhatsApp|Discord|Signal|Slack|iMessage|WebChat)\b[^\]]*\]\s?"
@@ -53,24 +53,54 @@ _KEY_CHAT = re.compile(
 
 
 def chat_for_key(key: str, entry: dict[str, Any], owner_chat: str | None) -> str | None:
-    """The Klaw chat of an OpenClaw session key; None for runs that are not a chat
-    (cron, hooks, subagents, nodes)."""
+    """The Klaw chat of an OpenClaw session key; None for what is not one of the
+    owner's Klaw chats (cron, hook and subagent runs; other channels' chats)."""
     m = _KEY_CHAT.match(key)
     if m:
         return f"{m.group('channel')}_{m.group('id')}"
     parts = key.split(":")
-    if len(parts) >= 3 and parts[0] == "agent" and parts[2] in ("cron", "hook", "subagent"):
-        return None
-    if key.startswith(("cron:", "hook:", "node-")) or ":subagent:" in key:
-        return None
-    # The main session (all DMs share it by default) and per-peer keys: where it last spoke.
+    main = (len(parts) == 3 and parts[0] == "agent") or key == "global"
+    peer = len(parts) == 4 and parts[0] == "agent" and parts[2] in ("direct", "dm")
+    if not (main or peer):
+        return None  # cron:/hook:/subagent runs, WhatsApp, Slack, group:<id> of old builds
+    # The main session (all DMs share it by default) and per-peer DMs: where it last spoke.
     ctx = entry.get("deliveryContext")
     ctx = ctx if isinstance(ctx, dict) else {}
     channel = ctx.get("channel") or entry.get("lastChannel")
     to = ctx.get("to") or entry.get("lastTo")
-    if channel in ("telegram", "discord") and to:
+    if channel in ("telegram", "discord") and isinstance(to, (str, int)) and str(to):
         return f"{channel}_{str(to).removeprefix(f'{channel}:')}"
+    if channel and channel not in ("telegram", "discord", "webchat"):
+        return None
     return owner_chat
+
+
+_ENVELOPE_ID = re.compile(r"^\[(?P<channel>\w+)\b[^\]]*?\bid:(?P<id>-?\d+)")
+
+
+def chat_of_file(path: Path, owner_chat: str | None) -> str | None:
+    """The chat of a transcript that sessions.json does not list (an archived
+    `.jsonl.reset.*` session): from the Telegram envelope of its first user message,
+    else the owner's for an archive; None when it is another channel's or unknown."""
+    try:
+        with path.open("rb") as f:
+            for _, raw in zip(range(200), f, strict=False):
+                try:
+                    entry = json.loads(raw)
+                except ValueError:
+                    continue
+                msg = entry.get("message") if isinstance(entry, dict) else None
+                if isinstance(msg, dict) and msg.get("role") == "user":
+                    text, _ = _text(msg.get("content"))
+                    m = _ENVELOPE_ID.match(text.lstrip())
+                    if m and m.group("channel").lower() == "telegram":
+                        return f"telegram_{m.group('id')}"
+                    if m or _ENVELOPE.match(text.lstrip()):
+                        return None
+                    break
+    except OSError:
+        return None
+    return owner_chat if ".jsonl.reset." in path.name else None
 
 
 @dataclass
@@ -128,7 +158,10 @@ def _synthetic(text: str) -> bool:
 def _ts(entry: dict[str, Any], message: dict[str, Any]) -> str | None:
     for value in (entry.get("timestamp"), message.get("timestamp")):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return to_iso(datetime.fromtimestamp(value / 1000, UTC))
+            try:
+                return to_iso(datetime.fromtimestamp(value / 1000, UTC))
+            except (OverflowError, OSError, ValueError):
+                continue
         if isinstance(value, str):
             try:
                 when = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -213,11 +246,12 @@ def read_transcript(path: Path, chat_id: str, channel: str) -> Transcript:
                 continue
             out.records.append(Record(rid, ts, "user", body, meta=dict(base_meta)))
         elif role == "assistant":
-            text, _ = _text(message.get("content"))
+            content = message.get("content")
+            text, _ = _text(content)
             text = _REPLY_TAG.sub("", text).strip()
             calls = [
                 {"id": p["id"], "name": p["name"], "arguments": p.get("arguments") or {}}
-                for p in message.get("content") or []
+                for p in (content if isinstance(content, list) else [])
                 if isinstance(p, dict)
                 and p.get("type") == "toolCall"
                 and isinstance(p.get("id"), str)

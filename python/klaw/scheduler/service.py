@@ -277,10 +277,13 @@ class _Executor(BaseExecutor):  # type: ignore[misc]
             asyncio.get_running_loop().call_soon(self._run_job_success, job.id, [])
 
 
-def store_jobs(db: Path, specs: list[JobSpec]) -> list[tuple[JobSpec, bool]]:
+def store_jobs(db: Path, specs: list[JobSpec]) -> list[tuple[JobSpec, str]]:
     """Adds `specs` to scheduler.db without running anything (`klaw import`, with the
-    engine stopped): (spec, added); a job whose `origin` or name is stored already is
-    left as it is. The next engine start schedules them like any job."""
+    engine stopped). Per spec: "added", "exists" (its `origin` is stored already) or why
+    it was not added. A name taken by another job gets a suffix (`-2`, `-3`). The next
+    engine start schedules them like any job."""
+    import dataclasses
+
     from apscheduler.schedulers.background import BackgroundScheduler
 
     from klaw.scheduler.store import SqliteJobStore
@@ -291,25 +294,35 @@ def store_jobs(db: Path, specs: list[JobSpec]) -> list[tuple[JobSpec, bool]]:
     try:
         stored = [JobSpec.from_data(j.kwargs) for j in aps.get_jobs()]
         origins = {s.origin for s in stored if s.origin}
-        names = {s.name for s in stored}
-        out: list[tuple[JobSpec, bool]] = []
+        names = {s.name for s in stored} | {"heartbeat", "summaries", "boot-md"}
+        out: list[tuple[JobSpec, str]] = []
         for spec in specs:
-            if (spec.origin and spec.origin in origins) or spec.name in names:
-                out.append((spec, False))
+            if spec.origin and spec.origin in origins:
+                out.append((spec, "exists"))
                 continue
-            if not spec.next_times(1):
-                raise JobError(f"job {spec.name!r}: {spec.cron!r} never fires")
-            extra: dict[str, Any] = {} if spec.enabled else {"next_run_time": None}
-            aps.add_job(
-                HANDLER,
-                trigger=CronTrigger(spec.cron, spec.timezone),
-                id=spec.name,
-                name=spec.name,
-                kwargs=spec.to_data(),
-                **extra,
-            )
+            base, n = spec.name, 2
+            while spec.name in names:
+                spec = dataclasses.replace(spec, name=f"{base[:60]}-{n}")
+                n += 1
+            try:
+                if not spec.next_times(1):
+                    raise JobError(f"{spec.cron!r} never fires")
+                extra: dict[str, Any] = {} if spec.enabled else {"next_run_time": None}
+                aps.add_job(
+                    HANDLER,
+                    trigger=CronTrigger(spec.cron, spec.timezone),
+                    id=spec.name,
+                    name=spec.name,
+                    kwargs=spec.to_data(),
+                    **extra,
+                )
+            except JobError as exc:
+                out.append((spec, str(exc)))
+                continue
             names.add(spec.name)
-            out.append((spec, True))
+            if spec.origin:
+                origins.add(spec.origin)
+            out.append((spec, "added"))
         return out
     finally:
         aps.shutdown(wait=False)

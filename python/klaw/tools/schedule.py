@@ -68,7 +68,7 @@ class ScheduleAdd(_ScheduleTool):
         "`message` as its task and sends its result to `injectInto` (default: this "
         "chat). `cron` is Quartz (6-7 fields with seconds: '0 0 8 ? * MON-FRI', "
         "'0 0 18 ? * 6L' = last Friday of the month at 18:00), crontab (5 fields: "
-        "'0 8 * * 1-5'), an interval ('every 2h', 'every 1d from 2026-12-01T09:00') "
+        "'0 8 * * 1-5'), an interval ('every 2h'; a time of day is cron) "
         "or one time ('at 2026-12-01T09:00', a reminder). "
         "Times are in `timezone` (IANA name; default the owner's). "
         "The answer lists the next three run times: check them against the request."
