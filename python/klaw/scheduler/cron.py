@@ -207,11 +207,7 @@ class Cron:
         self, tz: tzinfo, count: int = 3, after: datetime | None = None
     ) -> list[datetime]:
         """The next `count` fire times after `after` (default now), in `tz`."""
-        now = after or datetime.now(tz)
-        out: list[datetime] = []
-        while len(out) < count and (now := self.next_after(now, tz)) is not None:  # type: ignore[assignment]
-            out.append(now)
-        return out
+        return _times(self, tz, count, after)
 
 
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -148,16 +148,7 @@ class Scheduler:
                 raise JobError(
                     f"a job named {spec.name!r} exists; remove it first or pick another name"
                 )
-            extra: dict[str, Any] = {} if spec.enabled else {"next_run_time": None}
-            aps.add_job(
-                HANDLER,
-                trigger=CronTrigger(spec.cron, spec.timezone),
-                id=spec.name,
-                name=spec.name,
-                kwargs=spec.to_data(),
-                replace_existing=True,
-                **extra,  # next_run_time None: stored paused
-            )
+            _store(aps, spec, replace=True)
         log.info("job %s added: %s (%s)", spec.name, spec.cron, spec.timezone)
         return times
 
@@ -277,6 +268,21 @@ class _Executor(BaseExecutor):  # type: ignore[misc]
             asyncio.get_running_loop().call_soon(self._run_job_success, job.id, [])
 
 
+def _store(aps: Any, spec: JobSpec, *, replace: bool) -> None:
+    """`spec` as an APScheduler job: its data as the handler's kwargs (no code stored);
+    a disabled job is stored paused (no next run time)."""
+    extra: dict[str, Any] = {} if spec.enabled else {"next_run_time": None}
+    aps.add_job(
+        HANDLER,
+        trigger=CronTrigger(spec.cron, spec.timezone),
+        id=spec.name,
+        name=spec.name,
+        kwargs=spec.to_data(),
+        replace_existing=replace,
+        **extra,
+    )
+
+
 def store_jobs(db: Path, specs: list[JobSpec]) -> list[tuple[JobSpec, str]]:
     """Adds `specs` to scheduler.db without running anything (`klaw import`, with the
     engine stopped). Per spec: "added", "exists" (its `origin` is stored already) or why
@@ -307,15 +313,7 @@ def store_jobs(db: Path, specs: list[JobSpec]) -> list[tuple[JobSpec, str]]:
             try:
                 if not spec.next_times(1):
                     raise JobError(f"{spec.cron!r} never fires")
-                extra: dict[str, Any] = {} if spec.enabled else {"next_run_time": None}
-                aps.add_job(
-                    HANDLER,
-                    trigger=CronTrigger(spec.cron, spec.timezone),
-                    id=spec.name,
-                    name=spec.name,
-                    kwargs=spec.to_data(),
-                    **extra,
-                )
+                _store(aps, spec, replace=False)
             except JobError as exc:
                 out.append((spec, str(exc)))
                 continue
