@@ -70,7 +70,8 @@ $(KLAW_TEST_CACHE_DIR)/.model: | $(VENV)/.deps
 # The sandbox tests start their own dockerd (Debian's docker.io) and run bubblewrap;
 # the image they build (debootstrap + docker import) is kept outside the clone.
 export KLAW_TEST_SANDBOX_DIR ?= $(HOME)/.cache/klaw-test-sandbox
-SANDBOX_TOOLS := dockerd:docker.io bwrap:bubblewrap debootstrap:debootstrap setpriv:util-linux
+SANDBOX_TOOLS := dockerd:docker.io bwrap:bubblewrap debootstrap:debootstrap setpriv:util-linux \
+  systemd-analyze:systemd
 
 # Installs what the sandbox tests need when running as root and it is missing; elsewhere
 # the tests skip with the reason (and KLAW_REQUIRE_SANDBOX=1, as in .ci/run, fails them).

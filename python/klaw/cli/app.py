@@ -206,6 +206,17 @@ def _skills(a: argparse.Namespace) -> int:
     return skills_cmds.skills_toggle(a.name, action == "enable")
 
 
+def _service(a: argparse.Namespace) -> int:
+    from klaw.cli import service_cmds
+
+    user = not a.system
+    if a.service_action == "install":
+        return service_cmds.install(user, a.dry_run)
+    if a.service_action == "status":
+        return service_cmds.status(user)
+    return service_cmds.uninstall(user)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="klaw", description="Klaw: a light, reliable personal AI agent."
@@ -346,6 +357,26 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd(ksub, "disable", "Turn a skill off by name.", _skills)
     sp.set_defaults(skills_action="disable")
     sp.add_argument("name")
+
+    svc = sub.add_parser(
+        "service",
+        help="systemd units for the engine and the gateway.",
+        description="systemd units for the engine and the gateway. See docs/operations.md.",
+    )
+    svc.set_defaults(handler=lambda a: _usage(svc))
+    vsub = svc.add_subparsers(dest="service_command", metavar="COMMAND")
+    for action, text in (
+        ("install", "Write, enable and start the units (--dry-run: print them)."),
+        ("status", "systemctl status of both units."),
+        ("uninstall", "Stop, disable and remove the units."),
+    ):
+        sp = cmd(vsub, action, text, _service)
+        sp.set_defaults(service_action=action)
+        mode = sp.add_mutually_exclusive_group()
+        mode.add_argument("--user", action="store_true", help="user units (default)")
+        mode.add_argument("--system", action="store_true", help="system units (as root)")
+        if action == "install":
+            sp.add_argument("--dry-run", action="store_true", help="print the units only")
 
     imp = sub.add_parser(
         "import",

@@ -28,6 +28,7 @@ from klaw.errors import Cancelled, ConfigError, KlawError, StoreLocked, os_error
 from klaw.fsutil import ensure_writable_dir
 from klaw.lock import EngineLock
 from klaw.paths import KlawPaths
+from klaw.sdnotify import notify, watchdog
 from klaw.wire.protocol import CommandInfo
 
 if TYPE_CHECKING:
@@ -147,7 +148,11 @@ async def run(
         log.info("engine started (pid %d)", server.pid)
         if ready is not None:
             ready.set()
+        notify("READY=1")  # systemd (Type=notify): the socket serves
+        pinger = asyncio.create_task(watchdog(stop))
         await stop.wait()
+        notify("STOPPING=1")
+        await pinger
         log.info("engine stopping")
         return 0
     except KlawError as exc:

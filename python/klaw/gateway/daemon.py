@@ -20,6 +20,7 @@ from klaw.gateway.channel import Channel
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.lock import ProcessLock
 from klaw.paths import KlawPaths
+from klaw.sdnotify import notify, watchdog
 
 __all__ = ["build_channels", "main", "run"]
 
@@ -99,7 +100,12 @@ async def run(
         )
         if started is not None:
             started(gateway)
+        notify("READY=1")  # systemd (Type=notify)
+        pinger = asyncio.create_task(watchdog(stop))
         ok = await gateway.run(stop)
+        notify("STOPPING=1")
+        stop.set()
+        await pinger
         log.info("gateway stopped")
         return 0 if ok else 1
     except KlawError as exc:
