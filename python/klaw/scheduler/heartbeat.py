@@ -40,15 +40,10 @@ If nothing requires the user's attention, reply with only this JSON:
 Otherwise reply with a short message for the user: only what needs their attention."""
 
 
-def _has_tasks(text: str) -> bool:
-    """Anything besides blank lines, headings, comments and frontmatter."""
-    return has_tasks(text)
-
-
 def heartbeat_spec(text: str | None, config: EngineConfig, zone: str) -> JobSpec | None:
     """The job for HEARTBEAT.md's `text` (None: no job). Raises `JobError` when the
     file is too long to be a checklist or the config's heartbeat keys are wrong."""
-    if text is None or not _has_tasks(text):
+    if text is None or not has_tasks(text):
         return None
     message = PROMPT.format(checklist=workspace_text(text))
     if len(message) > MAX_MESSAGE_CHARS:
