@@ -6,7 +6,9 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/klaw-cargo-target
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke eval run clean sandbox-tools
+.PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke eval run clean \
+  sandbox-tools wheel-tools wheels wheel-x86_64 wheel-aarch64 sdist test-install install-smoke \
+  test-aarch64
 
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
@@ -99,7 +101,7 @@ $(KLAW_OPENCLAW_TEMPLATES)/.ok: | $(VENV)/.deps
 test-py: $(KLAW_TEST_CACHE_DIR)/.model $(KLAW_OPENCLAW_TEMPLATES)/.ok sandbox-tools
 	$(PY) -m pytest tests -q
 
-test: install install-local lint test-rust test-py bench-smoke
+test: install install-local lint test-rust test-py bench-smoke test-install
 
 # Every benchmark once, on small corpora, without its speed/memory bars (benches/smoke.py):
 # a bench broken by a code change fails here, not at the next full `make bench`.
@@ -124,6 +126,67 @@ run: install install-local
 	$(VENV)/bin/klaw init
 	$(VENV)/bin/klaw doctor || true
 	$(VENV)/bin/klaw up
+
+# --------------------------------------------------------------------------- wheels
+# Release wheels: abi3 (CPython >= 3.11), manylinux2014 (glibc >= 2.17), for x86_64 and
+# aarch64, both built on this x86_64 machine. The aarch64 standard library comes from
+# Debian (rustc-web and libstd-rust-web-dev:arm64, the same version): rustup's targets
+# are not on these machines' registries. zig from PyPI (ziglang) links both against
+# glibc 2.17. Builds are cached outside the clone. docs/decisions.md says why.
+DIST ?= dist
+WHEEL_RUSTC ?= /usr/bin/rustc
+WHEEL_CARGO_TARGET ?= $(HOME)/.cache/klaw-cargo-wheels
+KLAW_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
+
+wheel-tools: | $(VENV)/.deps
+	@if [ ! -d /usr/lib/rustlib/aarch64-unknown-linux-gnu ] || ! $(WHEEL_RUSTC) -V >/dev/null 2>&1 \
+	    || ! command -v cargo >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's rustc-web with its x86_64 and arm64 standard libraries"; \
+	    dpkg --add-architecture arm64 && (apt-get update -qq || true) && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      rustc-web cargo-web libstd-rust-web-dev libstd-rust-web-dev:arm64 >/dev/null; \
+	  else echo "wheels need Debian's rustc-web and libstd-rust-web-dev:arm64 (apt, as root)"; exit 1; fi; \
+	fi
+	$(PY) -m pip install -q ziglang auditwheel
+
+wheel-x86_64 wheel-aarch64: wheel-%: wheel-tools
+	rm -f $(DIST)/klaw-$(KLAW_VERSION)-*_$*.whl
+	RUSTC=$(WHEEL_RUSTC) CARGO_TARGET_DIR=$(WHEEL_CARGO_TARGET) maturin build --release \
+	  --target $*-unknown-linux-gnu --zig --compatibility manylinux2014 -o $(DIST)
+	auditwheel show $(DIST)/klaw-$(KLAW_VERSION)-*_$*.whl | tee /dev/stderr | \
+	  tr -d '\n' | grep -q 'consistent with the following platform tag: *"manylinux_2_17_$*"'
+
+sdist: | $(VENV)/.deps
+	rm -f $(DIST)/klaw-$(KLAW_VERSION).tar.gz
+	maturin sdist -o $(DIST)
+
+wheels: wheel-x86_64 wheel-aarch64 sdist
+	@ls -l $(DIST)/klaw-$(KLAW_VERSION)*
+
+# `pip install klaw` as a user without the repo: a fresh venv gets this machine's wheel
+# and its dependencies from PyPI, then tests/install/smoke.py runs from outside the tree.
+# `install-smoke` alone tests a wheel already in $(DIST) (the release workflow's aarch64
+# runner does that with the wheel built on x86_64).
+ARCH ?= $(shell uname -m)
+INSTALL_VENV ?= $(HOME)/.cache/klaw-install-venv
+test-install: wheel-$(ARCH)
+	$(MAKE) install-smoke
+
+install-smoke:
+	rm -rf $(INSTALL_VENV)
+	env -u VIRTUAL_ENV python3 -m venv $(INSTALL_VENV)
+	@start=$$(date +%s); \
+	$(INSTALL_VENV)/bin/pip install -q --disable-pip-version-check \
+	  $(DIST)/klaw-$(KLAW_VERSION)-*_$(ARCH).whl && \
+	echo "installed in $$(( $$(date +%s) - start )) s; venv: $$(du -sm $(INSTALL_VENV) | cut -f1) MB"
+	cd /tmp && env -u VIRTUAL_ENV $(INSTALL_VENV)/bin/python $(CURDIR)/tests/install/smoke.py
+
+# The aarch64 wheel under qemu-user on an arm64 Debian bookworm root (tests/install/aarch64.sh;
+# made once, outside the clone). Skips with the reason where the emulator cannot be set up.
+AARCH64_ROOT ?= $(HOME)/.cache/klaw-aarch64/root
+test-aarch64: wheel-aarch64
+	tests/install/aarch64.sh $(DIST)/klaw-$(KLAW_VERSION)-*_aarch64.whl $(AARCH64_ROOT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -146,8 +147,27 @@ class ChannelsConfig(_Section):
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
 
 
+def _memory_max(value: str) -> str:
+    # systemd's MemoryMax= syntax: bytes with an optional K/M/G/T suffix, a percentage of
+    # the machine's memory, or infinity. Checked here so a typo fails `klaw doctor`, not
+    # the unit at boot.
+    if not re.fullmatch(r"[1-9][0-9]*[KMGT]?|[1-9][0-9]?%|100%|infinity", value):
+        raise ValueError(f"{value!r} is not a systemd MemoryMax= value (e.g. 700M, 1G, 30%)")
+    return value
+
+
+MemoryMax = Annotated[str, AfterValidator(_memory_max)]
+
+
+class GatewayServiceConfig(_Section):
+    """The systemd unit `klaw service install` writes for the gateway."""
+
+    memory_max: MemoryMax = "200M"
+
+
 class GatewayConfig(_Section):
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    service: GatewayServiceConfig = Field(default_factory=GatewayServiceConfig)
 
 
 # --------------------------------------------------------------------------- engine.yaml
@@ -478,6 +498,12 @@ def _default_models() -> dict[str, ModelConfig]:
     }
 
 
+class EngineServiceConfig(_Section):
+    """The systemd unit `klaw service install` writes for the engine."""
+
+    memory_max: MemoryMax = "700M"
+
+
 class EngineConfig(_Section):
     # None: $KLAW_WORKSPACE, else ~/klaw-workspace; when set it wins (see resolve_workspace).
     workspace: Path | None = None
@@ -495,6 +521,7 @@ class EngineConfig(_Section):
     files: FilesConfig = Field(default_factory=FilesConfig)
     commands: list[CommandSpec] = Field(default_factory=_default_commands)
     compatibility: CompatibilityConfig = Field(default_factory=CompatibilityConfig)
+    service: EngineServiceConfig = Field(default_factory=EngineServiceConfig)
 
     @field_validator("workspace")
     @classmethod

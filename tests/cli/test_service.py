@@ -59,6 +59,21 @@ async def test_dry_run_prints_the_units_and_install_needs_systemd(klaw_home: Kla
     assert rc == 1 and "systemd is not running as PID 1" in err and "--dry-run" in err
 
 
+async def test_memory_limits_come_from_the_config(klaw_home: KlawPaths) -> None:
+    klaw_home.config_dir.mkdir(parents=True, exist_ok=True)
+    klaw_home.engine_config.write_text('service:\n  memoryMax: "1G"\n')
+    klaw_home.gateway_config.write_text("service:\n  memoryMax: 30%\n")
+    rc, out, err = await klaw("service", "install", "--dry-run")
+    assert rc == 0, err
+    engine, gateway = out.split("# ")[1:]
+    assert "klaw-engine.service" in engine and "\nMemoryMax=1G\n" in engine
+    assert "klaw-gateway.service" in gateway and "\nMemoryMax=30%\n" in gateway
+    # A value systemd would reject at boot is refused now, naming the key.
+    klaw_home.engine_config.write_text('service:\n  memoryMax: "700 MB"\n')
+    rc, out, err = await klaw("service", "install", "--dry-run")
+    assert rc == 1 and "service.memoryMax" in err and "700 MB" in err
+
+
 async def test_the_engine_tells_systemd_it_is_ready_pings_the_watchdog_and_stops(
     klaw_home: KlawPaths, llm: FakeLLM, backend: Any, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

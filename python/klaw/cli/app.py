@@ -19,7 +19,7 @@ Handler = Callable[[argparse.Namespace], int]
 def _init(a: argparse.Namespace) -> int:
     from klaw.cli.setup_cmds import init
 
-    return init(a.workspace)
+    return init(a.workspace, model=not a.no_model)
 
 
 def _doctor(a: argparse.Namespace) -> int:
@@ -240,6 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--workspace",
         type=Path,
         help="workspace directory (default $KLAW_WORKSPACE or ~/klaw-workspace)",
+    )
+    sp.add_argument(
+        "--no-model",
+        action="store_true",
+        help="do not install the embedding model now (the engine installs it at first start)",
     )
     cmd(
         sub,

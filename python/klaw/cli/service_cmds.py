@@ -9,14 +9,21 @@ import sys
 def _units(user: bool):  # type: ignore[no-untyped-def]
     import dataclasses
 
-    from klaw.config import load_engine_config, resolve_workspace
+    from klaw.config import load_engine_config, load_gateway_config, resolve_workspace
     from klaw.paths import KlawPaths
     from klaw.service import render_units
 
     paths = KlawPaths.from_env()
     config = load_engine_config(paths.engine_config)
+    gateway = load_gateway_config(paths.gateway_config)
     paths = dataclasses.replace(paths, workspace=resolve_workspace(config))
-    return render_units(paths, paths.workspace, user=user)
+    return render_units(
+        paths,
+        paths.workspace,
+        user=user,
+        engine_memory=config.service.memory_max,
+        gateway_memory=gateway.service.memory_max,
+    )
 
 
 def _systemctl(user: bool, *args: str) -> int:

