@@ -402,3 +402,12 @@ def check_log_line(raw: bytes) -> RecordLine | str:
 
 def parse_record_ts(ts: str) -> int | None:
     """A record timestamp (ISO 8601 with a time zone) as Unix microseconds."""
+
+# --- backup --------------------------------------------------------------
+
+KLAW_DB_SCHEMA_VERSION: int
+
+def backup_database(src: str | PathLike[str], dst: str | PathLike[str]) -> int:
+    """Copies the database at `src` into the new file `dst` as one consistent snapshot
+    (SQLite's online backup, safe while the engine writes); returns the copy's schema
+    version (`PRAGMA user_version`)."""

@@ -4,12 +4,14 @@
     ├── InvalidInput (ValueError)   bad argument: empty text, wrong vector size, bad path
     ├── StoreError (OSError)        klaw.db could not be opened, read or written
     │   ├── StoreCorrupt            the file is not a usable database: run `klaw reindex`
-    │   └── StoreLocked             another process (the engine) holds the database
+    │   ├── StoreLocked             another process (the engine) holds the database
+    │   └── SchemaTooNew            scheduler.db (or a backup's database) is from a newer Klaw
     ├── ModelError                  the embedding model could not be loaded or run
     │   └── ModelNotFound (FileNotFoundError)  what to install is in the message
     ├── EmbeddingBackendError       the Ollama embedding backend failed
     ├── Cancelled                   long work (indexing) stopped on request (shutdown)
     ├── NotWritable                 a directory Klaw writes to is read-only, full or not ours
+    ├── BackupError                 a backup could not be written, or an archive is damaged
     ├── SandboxError                the code sandbox could not run code (not the code's own error)
     │   └── SandboxUnavailable      no backend: no Docker engine answers, no bubblewrap
     └── ConfigError (ValueError)    a config file is invalid: names the file, key and line
@@ -36,6 +38,7 @@ from klaw._core import (
 )
 
 __all__ = [
+    "BackupError",
     "Cancelled",
     "ConfigError",
     "EmbeddingBackendError",
@@ -46,6 +49,7 @@ __all__ = [
     "NotWritable",
     "SandboxError",
     "SandboxUnavailable",
+    "SchemaTooNew",
     "StoreCorrupt",
     "StoreError",
     "StoreLocked",
@@ -67,6 +71,16 @@ class SandboxUnavailable(SandboxError):
 class NotWritable(KlawError):
     """A directory Klaw must write to is read-only, full or not writable by this user;
     the message is one line with the path and the cure (`os_error_line`)."""
+
+
+class BackupError(KlawError):
+    """`klaw backup` could not write its archive, or `klaw restore` found the archive
+    torn, altered or made by a newer Klaw; nothing was overwritten. The message says why."""
+
+
+class SchemaTooNew(StoreError):
+    """A database was written by a newer Klaw (its `user_version` is above this code's);
+    the message names the file, both versions and the cure (upgrade Klaw)."""
 
 
 def os_error_line(exc: OSError, path: Path | str | None = None) -> str:

@@ -61,7 +61,7 @@ name=$(basename "$wheel")
 # A fresh venv in a tmpfs each run; PyPI's wheels cached beside the root. The host's CA
 # bundle goes in with DNS: a network that inspects TLS has its CA there.
 bwrap --bind "$root" / --proc /proc --dev /dev --tmpfs /tmp \
-  --ro-bind /etc/resolv.conf /etc/resolv.conf \
+  --ro-bind /etc/resolv.conf /etc/resolv.conf --ro-bind /sys /sys \
   --ro-bind /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt \
   --ro-bind "$wheel" "/wheels/$name" --ro-bind "$here/smoke.py" /smoke.py \
   --bind "$pip_cache" /root/.cache/pip \

@@ -47,11 +47,18 @@ def step(name: str) -> None:
     print(f"--- {name} ({time.strftime('%H:%M:%S')})", flush=True)
 
 
-def klaw(*args: str, env: dict[str, str]) -> str:
-    proc = subprocess.run(
-        [str(BIN / "klaw"), *args], env=env, capture_output=True, text=True, timeout=TIMEOUT
+async def klaw(*args: str, env: dict[str, str]) -> str:
+    """Run the CLI while this loop serves the model (doctor and the engine ask it)."""
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "klaw"),
+        *args,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
-    out = proc.stdout + proc.stderr
+    raw, _ = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    out = raw.decode("utf-8", "replace")
     print(out, end="", flush=True)
     if proc.returncode != 0:
         raise Failed(f"`klaw {' '.join(args)}` exited {proc.returncode}")
@@ -100,8 +107,13 @@ async def fake_llm(requests: list[dict[str, Any]]) -> tuple[web.AppRunner, str]:
             }
         )
 
+    async def models(request: web.Request) -> web.Response:
+        # What Ollama answers; the engine asks it to tell a running server from none.
+        return web.json_response({"object": "list", "data": [{"id": "qwen3:8b"}]})
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -109,10 +121,9 @@ async def fake_llm(requests: list[dict[str, Any]]) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
-async def one_message(paths: KlawPaths, env: dict[str, str]) -> None:
-    requests: list[dict[str, Any]] = []
-    runner, url = await fake_llm(requests)
-    use_local_server(paths, url)
+async def one_message(
+    paths: KlawPaths, env: dict[str, str], requests: list[dict[str, Any]]
+) -> None:
     engine = await asyncio.create_subprocess_exec(
         str(BIN / "klaw"), "engine", env=env, stdin=subprocess.DEVNULL
     )
@@ -149,7 +160,6 @@ async def one_message(paths: KlawPaths, env: dict[str, str]) -> None:
     finally:
         engine.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(engine.wait(), TIMEOUT)
-        await runner.cleanup()
     if code != 0:
         raise Failed(f"the engine exited {code} on SIGTERM")
 
@@ -169,6 +179,35 @@ async def connect(
     raise Failed(f"the engine did not listen on {socket} within {TIMEOUT:.0f} s")
 
 
+async def smoke(paths: KlawPaths, env: dict[str, str]) -> None:
+    requests: list[dict[str, Any]] = []
+    runner, url = await fake_llm(requests)
+    try:
+        step("klaw init")
+        await klaw("init", env=env)
+        if not (paths.models / "use-multilingual-v3" / "model.onnx").is_file():
+            raise Failed("init did not install the embedding model")
+        step("klaw doctor, with a local model server configured")
+        use_local_server(paths, url)
+        out = await klaw("doctor", env=env)
+        if "Healthy" not in out:
+            raise Failed("doctor did not report a healthy installation")
+        step("notes indexed")
+        for name, text in NOTES.items():
+            (paths.workspace / "memory" / name).write_text(text, encoding="utf-8")
+        await klaw("memory", "index", env=env)
+        for query, expected in SEARCHES.items():
+            step(f"search: {query}")
+            out = await klaw("memory", "search", "--json", query, env=env)
+            hits = json.loads(out[out.index("[") :])
+            if not hits or expected not in json.dumps(hits[0], ensure_ascii=False):
+                raise Failed(f"{query!r}: the first hit is not {expected}")
+        step("one message through the engine")
+        await one_message(paths, env, requests)
+    finally:
+        await runner.cleanup()
+
+
 def main() -> int:
     home = Path(tempfile.mkdtemp(prefix="klaw-smoke-"))
     env = user_env(home)
@@ -177,26 +216,9 @@ def main() -> int:
     paths = KlawPaths.from_env()
     started = time.monotonic()
     try:
-        step("klaw init")
-        out = klaw("init", env=env)
-        if not (paths.models / "use-multilingual-v3" / "model.onnx").is_file():
-            raise Failed("init did not install the embedding model")
-        step("klaw doctor")
-        klaw("doctor", env=env)
-        step("notes indexed")
-        for name, text in NOTES.items():
-            (paths.workspace / "memory" / name).write_text(text, encoding="utf-8")
-        out = klaw("memory", "index", env=env)
-        for query, expected in SEARCHES.items():
-            step(f"search: {query}")
-            out = klaw("memory", "search", "--json", query, env=env)
-            hits = json.loads(out[out.index("[") :])
-            if not hits or expected not in json.dumps(hits[0], ensure_ascii=False):
-                raise Failed(f"{query!r}: the first hit is not {expected}")
-        step("one message through the engine")
-        asyncio.run(one_message(paths, env))
-    except (Failed, subprocess.TimeoutExpired, TimeoutError) as exc:
-        print(f"SMOKE FAILED: {exc}", flush=True)
+        asyncio.run(smoke(paths, env))
+    except (Failed, TimeoutError) as exc:
+        print(f"SMOKE FAILED: {exc or type(exc).__name__}", flush=True)
         return 1
     finally:
         shutil.rmtree(home, ignore_errors=True)

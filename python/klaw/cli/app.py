@@ -193,6 +193,18 @@ def _import_openclaw(a: argparse.Namespace) -> int:
     return import_openclaw(a.path, dry_run=a.dry_run, copy_to=a.copy_to, reindex=a.reindex)
 
 
+def _backup(a: argparse.Namespace) -> int:
+    from klaw.cli.backup_cmds import backup
+
+    return backup(a.path)
+
+
+def _restore(a: argparse.Namespace) -> int:
+    from klaw.cli.backup_cmds import restore
+
+    return restore(a.archive, force=a.force, reindex=a.reindex, check=a.check)
+
+
 def _skills(a: argparse.Namespace) -> int:
     from klaw.cli import skills_cmds
 
@@ -413,6 +425,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument(
         "--no-reindex", dest="reindex", action="store_false", help="leave `klaw reindex` to you"
+    )
+
+    sp = cmd(
+        sub,
+        "backup",
+        "Write one archive of the agent (config without secrets, data, workspace); "
+        "safe while Klaw runs.",
+        _backup,
+    )
+    sp.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="the archive, or a directory for it (default ./klaw-backup-<time>.tar.gz)",
+    )
+    sp = cmd(
+        sub,
+        "restore",
+        "Check a backup and restore it (the daemons must be stopped).",
+        _restore,
+    )
+    sp.add_argument("archive", type=Path)
+    sp.add_argument("--check", action="store_true", help="only check the archive")
+    sp.add_argument(
+        "--force", action="store_true", help="replace an agent already here (kept beside it)"
+    )
+    sp.add_argument(
+        "--reindex", action="store_true", help="then rebuild klaw.db from the restored files"
     )
 
     sbx = sub.add_parser(

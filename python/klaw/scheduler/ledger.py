@@ -1,5 +1,6 @@
 """The run ledger: one row per (job, due time), in scheduler.db beside APScheduler's
-job table; the engine is its only writer.
+job table; the engine is its only writer. scheduler.db's schema and its migrations
+(`PRAGMA user_version`) live here too.
 
 The row is what makes a due time run at most once. It is claimed (`claim`, status
 ``due``) before APScheduler moves the job to its next time, marked ``running`` just
@@ -22,44 +23,104 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-__all__ = ["FINAL", "Ledger", "Run", "iso", "open_scheduler_db"]
+from klaw.errors import SchemaTooNew
+
+__all__ = ["FINAL", "SCHEMA_VERSION", "Ledger", "Run", "iso", "open_scheduler_db"]
 
 FINAL: Final = frozenset(
     {"ok", "silent", "quiet", "capped", "missed", "skipped", "failed", "interrupted"}
 )
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS klaw_runs (
-    job TEXT NOT NULL,
-    due TEXT NOT NULL,
-    status TEXT NOT NULL,
-    started TEXT,
-    ended TEXT,
-    tokens_in INTEGER NOT NULL DEFAULT 0,
-    tokens_out INTEGER NOT NULL DEFAULT 0,
-    error TEXT,
-    PRIMARY KEY (job, due)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS klaw_runs_due ON klaw_runs (due);
-CREATE TABLE IF NOT EXISTS klaw_job_state (
-    job TEXT PRIMARY KEY,
-    failing INTEGER NOT NULL DEFAULT 0,  -- the owner was told of a failure
-    capped_day TEXT                      -- the day the owner was told of the cap
-) WITHOUT ROWID;
-"""
+#: scheduler.db's schema version (`PRAGMA user_version`), for the whole file: the run
+#: ledger's tables and the job store's.
+SCHEMA_VERSION: Final = 1
+
+# Migration i brings scheduler.db from version i to i + 1, in one transaction. Version
+# 0 is a file of Klaw before versions (or APScheduler's SQLAlchemyJobStore): each part
+# made its own tables with IF NOT EXISTS, so migration 0 completes whatever is missing.
+# Append new steps; never edit a released one.
+_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """CREATE TABLE IF NOT EXISTS klaw_runs (
+            job TEXT NOT NULL,
+            due TEXT NOT NULL,
+            status TEXT NOT NULL,
+            started TEXT,
+            ended TEXT,
+            tokens_in INTEGER NOT NULL DEFAULT 0,
+            tokens_out INTEGER NOT NULL DEFAULT 0,
+            error TEXT,
+            PRIMARY KEY (job, due)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX IF NOT EXISTS klaw_runs_due ON klaw_runs (due)",
+        """CREATE TABLE IF NOT EXISTS klaw_job_state (
+            job TEXT PRIMARY KEY,
+            failing INTEGER NOT NULL DEFAULT 0,  -- the owner was told of a failure
+            capped_day TEXT                      -- the day the owner was told of the cap
+        ) WITHOUT ROWID""",
+        # APScheduler's own table and index, as SQLAlchemyJobStore makes them.
+        """CREATE TABLE IF NOT EXISTS apscheduler_jobs (
+            id VARCHAR(191) NOT NULL PRIMARY KEY,
+            next_run_time FLOAT,
+            job_state BLOB NOT NULL
+        )""",
+        """CREATE INDEX IF NOT EXISTS ix_apscheduler_jobs_next_run_time
+            ON apscheduler_jobs (next_run_time)""",
+        """CREATE TABLE IF NOT EXISTS apscheduler_jobs_unreadable (
+            id TEXT NOT NULL,
+            job_state BLOB NOT NULL,
+            reason TEXT NOT NULL,
+            moved_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+        )""",
+    ),
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
-def open_scheduler_db(path: Path, schema: str) -> sqlite3.Connection:
+def open_scheduler_db(path: Path) -> sqlite3.Connection:
     """A connection to scheduler.db for the ledger or the job store (each has its own,
     behind its own lock): WAL, every commit fsynced (a claimed run and a job moved on
-    survive power loss), `schema` applied."""
+    survive power loss), the schema migrated to `SCHEMA_VERSION`.
+
+    Raises `SchemaTooNew` for a file written by a newer Klaw; it is left untouched."""
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute("PRAGMA busy_timeout=5000")
-    db.executescript(schema)
+    try:
+        db.execute("PRAGMA busy_timeout=5000")
+        _version(db, path)  # before anything writes to a newer Klaw's file
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        _migrate(db, path)
+    except BaseException:
+        db.close()
+        raise
     return db
+
+
+def _version(db: sqlite3.Connection, path: Path) -> int:
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{path} has schema version {version}, newer than this Klaw's "
+            f"({SCHEMA_VERSION}): it was written by a newer Klaw; upgrade Klaw "
+            "(keep the file: it holds your scheduled jobs)"
+        )
+    return version
+
+
+def _migrate(db: sqlite3.Connection, path: Path) -> None:
+    if _version(db, path) == SCHEMA_VERSION:
+        return  # the common case, without a write lock
+    db.execute("BEGIN IMMEDIATE")  # one migrator at a time: the version is read again
+    try:
+        for step in _MIGRATIONS[_version(db, path) :]:
+            for sql in step:
+                db.execute(sql)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def iso(when: datetime) -> str:
@@ -84,7 +145,7 @@ class Ledger:
     connection behind a lock: every call is a short statement)."""
 
     def __init__(self, path: Path) -> None:
-        self._db = open_scheduler_db(path, _SCHEMA)
+        self._db = open_scheduler_db(path)
         self._lock = threading.Lock()
 
     def close(self) -> None:

@@ -2,7 +2,8 @@
 
 Same table as APScheduler's SQLAlchemyJobStore (`apscheduler_jobs`: id, next run
 time as a UTC timestamp, the pickled job state), so either store reads the other's
-file. Why not SQLAlchemy itself: importing and starting it costs the engine 15.0 MB
+file (the tables are made by scheduler.db's migrations in `klaw.scheduler.ledger`).
+Why not SQLAlchemy itself: importing and starting it costs the engine 15.0 MB
 of RSS against 1.3 MB for APScheduler alone, over the scheduler's 15 MB budget
 (docs/decisions.md). What a job pickles is text: its handler named by reference,
 its `JobSpec` as a dict, and Klaw's `CronTrigger` (expression + zone name).
@@ -33,22 +34,6 @@ __all__ = ["SqliteJobStore"]
 
 log = logging.getLogger("klaw.scheduler")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS apscheduler_jobs (
-    id VARCHAR(191) NOT NULL PRIMARY KEY,
-    next_run_time FLOAT,
-    job_state BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS ix_apscheduler_jobs_next_run_time
-    ON apscheduler_jobs (next_run_time);
-CREATE TABLE IF NOT EXISTS apscheduler_jobs_unreadable (
-    id TEXT NOT NULL,
-    job_state BLOB NOT NULL,
-    reason TEXT NOT NULL,
-    moved_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
-);
-"""
-
 
 class SqliteJobStore(BaseJobStore):  # type: ignore[misc]
     def __init__(self, path: Path) -> None:
@@ -61,7 +46,7 @@ class SqliteJobStore(BaseJobStore):  # type: ignore[misc]
 
     def start(self, scheduler: Any, alias: str) -> None:
         super().start(scheduler, alias)
-        self._db = open_scheduler_db(self.path, _SCHEMA)
+        self._db = open_scheduler_db(self.path)
 
     def shutdown(self) -> None:
         with self._lock:

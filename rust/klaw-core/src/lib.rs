@@ -2,6 +2,7 @@
 //! hybrid search and reindex. No pyo3 here; `klaw-py` is the binding shell.
 
 pub mod analyze;
+pub mod backup;
 pub mod chunk;
 pub mod embcache;
 pub mod embed;

@@ -4,6 +4,7 @@
 #![allow(clippy::needless_pass_by_value)]
 use pyo3::prelude::*;
 
+mod backup;
 mod chunk;
 mod docs;
 mod embed;
@@ -23,6 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     embed::register(m)?;
     record::register(m)?;
     reindex::register(m)?;
+    backup::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

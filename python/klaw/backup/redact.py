@@ -1,0 +1,107 @@
+"""Keys out of engine.yaml and gateway.yaml before they go into a backup.
+
+A secret written in clear (a provider's `apiKey`, a channel's `token`) is replaced in the
+text by a `${VAR}` reference, so the file keeps its comments and layout and still loads
+(an unset key means "off"). Values that already are a plain `${VAR}` stay. The result is
+parsed again and checked; a file that cannot be made safe is left out instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Final
+
+import yaml
+
+from klaw.backup.archive import Redaction
+
+_REFERENCE: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME_IN: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+#: A value this long is also removed wherever else it appears (a comment holding an old
+#: key). Shorter ones are placeholders such as Ollama's "ollama", which may also name a
+#: provider or a model: only their own slot is replaced.
+_MIN_SECRET: Final = 16
+
+
+class Unsafe(ValueError):
+    """The file's secrets cannot be located or replaced: it must stay out."""
+
+
+def _env_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", text).upper()
+
+
+def _child(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    for k, v in node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == key:
+            found: yaml.Node = v
+            return found
+    return None
+
+
+def _entries(node: yaml.Node | None) -> Iterator[tuple[str, yaml.Node]]:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode):
+                yield k.value, v
+
+
+def _secrets(file: str, root: yaml.Node | None) -> Iterator[tuple[str, str, yaml.Node]]:
+    """(dotted key, default variable, value node) of every secret slot in the file."""
+    if file == "engine.yaml":
+        for name, provider in _entries(_child(root, "providers")):
+            node = _child(provider, "apiKey")
+            if node is not None:
+                yield f"providers.{name}.apiKey", f"{_env_name(name)}_API_KEY", node
+    elif file == "gateway.yaml":
+        for name, channel in _entries(_child(root, "channels")):
+            node = _child(channel, "token")
+            if node is not None:
+                yield f"channels.{name}.token", f"{_env_name(name)}_BOT_TOKEN", node
+
+
+def _compose(text: str) -> yaml.Node | None:
+    try:
+        if any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise Unsafe("it uses YAML aliases, which Klaw refuses")
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise Unsafe(f"it is not valid YAML ({str(exc).splitlines()[0]})") from None
+
+
+def _clean(node: yaml.Node) -> bool:
+    if not isinstance(node, yaml.ScalarNode):
+        return False
+    return (
+        node.tag == "tag:yaml.org,2002:null"
+        or node.value == ""
+        or bool(_REFERENCE.fullmatch(node.value))
+    )
+
+
+def redact(file: str, text: str) -> tuple[str, list[Redaction]]:
+    """`text` with every secret in clear replaced by a `${VAR}` reference, and what was
+    replaced. Raises Unsafe when that cannot be done and checked."""
+    found: list[tuple[int, int, str, str, str]] = []  # start, end, key, variable, value
+    for key, default, node in _secrets(file, _compose(text)):
+        if _clean(node):
+            continue
+        if not isinstance(node, yaml.ScalarNode):
+            raise Unsafe(f"{key} is not a plain value")
+        named = _NAME_IN.search(node.value)
+        variable = named.group(1) if named else default
+        found.append((node.start_mark.index, node.end_mark.index, key, variable, node.value))
+    out = text
+    for start, end, _key, variable, _value in sorted(found, reverse=True):
+        span = out[start:end]
+        out = out[:start] + f'"${{{variable}}}"' + ("\n" if span.endswith("\n") else "") + out[end:]
+    for *_, variable, value in found:  # the same key in a comment or another value
+        if len(value) >= _MIN_SECRET:
+            out = out.replace(value, f"${{{variable}}}")
+    left = [key for key, _, node in _secrets(file, _compose(out)) if not _clean(node)]
+    if left or any(len(v) >= _MIN_SECRET and v in out for *_, v in found):
+        raise Unsafe(f"{', '.join(left) or 'a secret'} could not be replaced")
+    return out, [Redaction(file, key, variable) for _, _, key, variable, _ in found]
