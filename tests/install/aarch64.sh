@@ -58,10 +58,11 @@ inroot /usr/bin/python3 -c 'import platform; assert platform.machine() == "aarch
 pip_cache=$(dirname "$root")/pip-cache
 mkdir -p "$pip_cache"
 name=$(basename "$wheel")
-# A fresh venv in a tmpfs each run; PyPI's wheels cached beside the root. The host's CA
+# No /sys: ONNX Runtime's cpuinfo would read the host's x86 CPUs and crash (seen: SIGSEGV
+# in `klaw doctor`); without it, it warns and falls back. A fresh venv in a tmpfs each run; PyPI's wheels cached beside the root. The host's CA
 # bundle goes in with DNS: a network that inspects TLS has its CA there.
 bwrap --bind "$root" / --proc /proc --dev /dev --tmpfs /tmp \
-  --ro-bind /etc/resolv.conf /etc/resolv.conf --ro-bind /sys /sys \
+  --ro-bind /etc/resolv.conf /etc/resolv.conf \
   --ro-bind /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt \
   --ro-bind "$wheel" "/wheels/$name" --ro-bind "$here/smoke.py" /smoke.py \
   --bind "$pip_cache" /root/.cache/pip \
