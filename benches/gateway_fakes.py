@@ -1,9 +1,11 @@
 """The far side of the gateway benchmarks, in a process of its own (as Telegram and
-the engine are): the fake Bot API of the tests (`tests/gateway/fake_telegram.py`)
-and a fake engine on the engine socket, driven over a control socket.
+the engine are): the fake Bot API of the tests (`tests/gateway/fake_telegram.py`),
+the fake Discord (`tests/gateway/fake_discord.py`, REST and gateway websocket) and a
+fake engine on the engine socket, driven over a control socket.
 
 Usage: python gateway_fakes.py ENGINE_SOCKET CONTROL_SOCKET
-Prints "url http://127.0.0.1:N" once everything listens; stops on SIGTERM.
+Prints "url http://127.0.0.1:N discord http://127.0.0.1:M dm ID" once everything
+listens (ID: the owner's DM channel on the fake Discord); stops on SIGTERM.
 
 The fake engine answers `register` with `registered` (no commands), stamps every
 `inbound` line when it has been read, and stamps `delivered`. Every stamp is
@@ -21,6 +23,10 @@ Control: one JSON object a line, answered with one JSON object a line.
         waits for the gateway's `delivered` too: "delivered".
     {"op": "polling", "count": 1, "timeout": 30}
         returns once `count` getUpdates have arrived (an error after `timeout` s)
+    {"op": "discord_turn", "n": 7, "think_ms": 20}
+        the same as "turn" through the owner's Discord DM (always waits for `delivered`)
+    {"op": "discord_connected", "timeout": 30}
+        returns once a Discord client has identified on the fake gateway websocket
     {"op": "summary"}                 what was sent, call counts, failed calls
 """
 
@@ -36,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gateway"))
+from fake_discord import FakeDiscord
 from fake_telegram import FakeTelegram
 
 from klaw.wire.protocol import Outbound, Registered, encode
@@ -69,6 +76,8 @@ class TimedTelegram(FakeTelegram):
 class Fakes:
     def __init__(self) -> None:
         self.tg = TimedTelegram()
+        self.dc = FakeDiscord()
+        self.dm = 0  # the owner's DM channel on the fake Discord, once started
         self.inbound: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
         self.delivered: dict[str, asyncio.Future[float]] = {}
         self.writer: asyncio.StreamWriter | None = None
@@ -129,6 +138,41 @@ class Fakes:
             "delivered": t_done,
         }
 
+    async def discord_turn(self, n: int, think_ms: float) -> dict[str, Any]:
+        """A turn through the fake Discord: the DM → inbound → outbound → the sent
+        message → `delivered`."""
+        if not self.inbound.empty():
+            raise RuntimeError(f"turn {n}: an inbound line arrived unasked")
+        t_push = time.monotonic()
+        self.dc.message(self.dm, TEXT.format(n=n))
+        ident, t_in = await asyncio.wait_for(self.inbound.get(), T)
+        await asyncio.sleep(think_ms / 1000)
+        out = Outbound(
+            channel="discord",
+            chat_id=f"discord_{self.dm}",
+            content=REPLY,
+            answers=[ident],
+            reply_to=ident,
+        )
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.delivered[out.id] = fut
+        writer = self.writer
+        if writer is None:
+            raise RuntimeError(f"turn {n}: nobody is connected to the engine socket")
+        before = len(self.dc.sent)
+        t_out = time.monotonic()
+        writer.write(encode(out))
+        await self.dc.wait_for(lambda: len(self.dc.sent) > before, T)
+        t_done = await asyncio.wait_for(fut, T)
+        return {
+            "id": ident,
+            "push": t_push,
+            "inbound": t_in,
+            "outbound": t_out,
+            "sent": self.dc.sent[before].at,
+            "delivered": t_done,
+        }
+
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while line := await reader.readline():
             req = json.loads(line)
@@ -139,6 +183,11 @@ class Fakes:
                 elif op == "polling":
                     count, timeout = req.get("count", 1), req.get("timeout", T)
                     await self.tg.wait_calls("getUpdates", count, timeout=timeout)
+                    res = {}
+                elif op == "discord_turn":
+                    res = await self.discord_turn(**req)
+                elif op == "discord_connected":
+                    await self.dc.wait_for(lambda: self.dc.connected, req.get("timeout", T))
                     res = {}
                 elif op == "summary":
                     res = self.summary()
@@ -159,12 +208,18 @@ class Fakes:
             "parse_mode": sorted({str(s.parse_mode) for s in self.tg.sent}),
             "calls": counts,
             "failed": [f"{c.method} {c.status}" for c in self.tg.calls if c.status != 200],
+            "discord_sent": [s.content for s in self.dc.sent],
+            "discord_failed": [
+                f"{c.route} {c.status}" for c in self.dc.calls if c.status not in (200, 204)
+            ],
         }
 
 
 async def main(engine_socket: str, control_socket: str) -> None:
     fakes = Fakes()
     url = await fakes.tg.start()
+    discord_url = await fakes.dc.start()
+    fakes.dm = fakes.dc.dm()
     Path(engine_socket).parent.mkdir(parents=True, exist_ok=True)
     engine = await asyncio.start_unix_server(fakes.engine, path=engine_socket)
     control = await asyncio.start_unix_server(fakes.control, path=control_socket)
@@ -172,11 +227,12 @@ async def main(engine_socket: str, control_socket: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"url {url}", flush=True)
+    print(f"url {url} discord {discord_url} dm {fakes.dm}", flush=True)
     await stop.wait()
     for server in (engine, control):
         server.close()
     await fakes.tg.close()
+    await fakes.dc.close()
 
 
 if __name__ == "__main__":

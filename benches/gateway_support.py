@@ -15,6 +15,7 @@ from typing import Any
 
 HERE = Path(__file__).parent
 TOKEN = "123456:TEST-fake-token_for-klaw"  # the fake Bot API's token
+DISCORD_TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAx.GkLaWw.fake-klaw-token_for-the-tests-only"
 OWNER = 100  # the one chat, in allowedChatIds
 T = 30.0  # upper bound of any single wait
 
@@ -39,7 +40,10 @@ class FakesProcess:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
         assert line.startswith("url "), f"the fakes did not start: {line!r}"
-        self.url = line.split()[1]
+        words = line.split()
+        self.url = words[1]
+        self.discord_url = words[3]  # the fake Discord (REST; its gateway is named there)
+        self.discord_dm = int(words[5])  # the owner's DM channel on it
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -66,9 +70,12 @@ class FakesProcess:
             self.proc.stdout.close()
 
 
-def gateway_data(api_server: str, *, console: bool = False) -> dict[str, Any]:
-    """gateway.yaml's content: Telegram at `api_server`, the owner's chat allowed."""
-    return {
+def gateway_data(
+    api_server: str, *, console: bool = False, discord: tuple[str, int] | None = None
+) -> dict[str, Any]:
+    """gateway.yaml's content: Telegram at `api_server`, the owner's chat allowed; with
+    `discord` (the fake's URL, the owner's DM channel) Discord too."""
+    data: dict[str, Any] = {
         "channels": {
             "telegram": {
                 "enabled": True,
@@ -79,12 +86,27 @@ def gateway_data(api_server: str, *, console: bool = False) -> dict[str, Any]:
             "console": {"enabled": console},
         }
     }
+    if discord is not None:
+        data["channels"]["discord"] = {
+            "enabled": True,
+            "token": DISCORD_TOKEN,
+            "apiServer": discord[0],
+            "allowedChatIds": [str(discord[1])],
+        }
+    return data
 
 
-def write_gateway_yaml(config_dir: Path, api_server: str, *, console: bool = True) -> Path:
+def write_gateway_yaml(
+    config_dir: Path,
+    api_server: str,
+    *,
+    console: bool = True,
+    discord: tuple[str, int] | None = None,
+) -> Path:
     config_dir.mkdir(parents=True, exist_ok=True)
     path = config_dir / "gateway.yaml"
-    path.write_text(json.dumps(gateway_data(api_server, console=console), indent=2) + "\n")
+    data = gateway_data(api_server, console=console, discord=discord)
+    path.write_text(json.dumps(data, indent=2) + "\n")
     return path
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ class FakeLLM:
         self.url = ""
         self.arrived = asyncio.Event()  # set on every request (tests clear it)
         self.hold: asyncio.Event | None = None  # while set to an unset Event, requests wait
+        self.last_chunk_at = 0.0  # monotonic time the last streamed reply was written
 
     def answer(self, content: str | None, tool_calls: list[dict[str, Any]] | None = None) -> None:
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -38,6 +40,21 @@ class FakeLLM:
             "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
         }
         self.replies.append((200, body))
+
+    def answer_stream(
+        self,
+        chunks: list[str],
+        *,
+        gate: asyncio.Event | None = None,
+        gate_after: int = 1,
+        pause_s: float = 0.0,
+    ) -> None:
+        """A reply streamed as SSE when the request asks for a stream (else whole, after
+        the same time): after `gate_after` chunks it waits for `gate`, so a test acts
+        while the reply is half written; `pause_s` between chunks is the model's pace
+        (benchmarks)."""
+        spec = {"chunks": chunks, "gate": gate, "gate_after": gate_after, "pause_s": pause_s}
+        self.replies.append((0, spec))
 
     async def start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)  # real APIs take big requests
@@ -60,7 +77,35 @@ class FakeLLM:
         if not self.replies:
             return web.json_response({"error": {"message": "no scripted reply"}}, status=500)
         status, body = self.replies.popleft()
+        if status == 0:
+            return await self._stream(request, body)
         return web.json_response(body, status=status)
+
+    async def _stream(self, request: web.Request, spec: dict[str, Any]) -> web.StreamResponse:
+        chunks: list[str] = spec["chunks"]
+        if not self.requests[-1].get("stream"):
+            await asyncio.sleep(spec["pause_s"] * len(chunks))  # the same writing time
+            self.last_chunk_at = time.monotonic()
+            self.answer("".join(chunks))
+            status, body = self.replies.pop()
+            return web.json_response(body, status=status)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i, text in enumerate(chunks):
+            if i == spec["gate_after"] and spec["gate"] is not None:
+                await spec["gate"].wait()
+            if spec["pause_s"]:
+                await asyncio.sleep(spec["pause_s"])
+            delta = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+            await response.write(f"data: {json.dumps(delta, ensure_ascii=False)}\n\n".encode())
+        self.last_chunk_at = time.monotonic()
+        done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        usage = {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 3}}
+        for event in (done, usage):
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
 
 def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:

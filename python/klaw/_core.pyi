@@ -411,3 +411,27 @@ def backup_database(src: str | PathLike[str], dst: str | PathLike[str]) -> int:
     """Copies the database at `src` into the new file `dst` as one consistent snapshot
     (SQLite's online backup, safe while the engine writes); returns the copy's schema
     version (`PRAGMA user_version`)."""
+
+# --- vision --------------------------------------------------------------
+
+@final
+class FittedImage:
+    """An image ready for a model: `data` within the limits, `mime` its type,
+    `width` x `height` its pixels (0 x 0 for a WebP passed through), `resized` True
+    when it was re-encoded."""
+
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def mime(self) -> str: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def resized(self) -> bool: ...
+
+def fit_image(data: bytes, max_side: int, max_bytes: int) -> FittedImage:
+    """`data` within `max_side` pixels (longest side) and `max_bytes` bytes: JPEG and PNG
+    are shrunk and turned upright as needed, a small WebP passes; raises InvalidInput
+    with the reason an image cannot be used."""

@@ -4,8 +4,8 @@ YAML keys are camelCase as the design writes them; attributes are snake_case. Un
 are rejected (a typo must not silently fall back to a default). String values may use
 `${VAR}` and `${VAR:-default}` (`$${` writes a literal `${`; `${VAR:-}` allows empty). An
 unset variable without a default is an error naming the key, the line and the variable,
-except in the secrets whose absence means "off" (a provider's `apiKey`, the Telegram token,
-a disabled channel's token); an unclosed `${` is an error too. Aliases are refused (a YAML
+except in the secrets whose absence means "off" (a provider's `apiKey`, the Telegram and
+Discord tokens); an unclosed `${` is an error too. Aliases are refused (a YAML
 alias bomb would otherwise expand without bound) and files over 1 MiB are not read.
 Every problem is reported as `FILE:LINE: dotted.key: message`, the line taken from the
 YAML node the value came from.
@@ -127,14 +127,23 @@ class TelegramConfig(_Section):
     # except replies to the current inbound chat (design §9.2).
     allowed_chat_ids: ChatIds = Field(default_factory=list)
     allow_all: bool = False
+    # Show replies while they are written (drafts in private chats, else edits).
+    streaming: bool = False
 
 
 class DiscordConfig(_Section):
-    """Planned: the Discord channel (issue 14). Nothing reads these keys yet."""
+    @property
+    def active(self) -> bool:
+        """Enabled and given a token: the gateway connects to Discord."""
+        return self.enabled and bool(self.token)
 
     enabled: bool = False
     token: str = ""
+    # The REST base (…/api/v10 is added) and, through its GET /gateway/bot, the websocket.
+    api_server: str = "https://discord.com"
+    # DM and guild channel ids; the same two-way whitelist as Telegram's (design §9.2).
     allowed_chat_ids: ChatIds = Field(default_factory=list)
+    allow_all: bool = False
 
 
 class ConsoleConfig(_Section):
@@ -205,6 +214,9 @@ class ModelConfig(_Section):
     # False: the model gets no tool schemas (a tiny model that cannot use them
     # would spend its whole budget on them).
     tools: bool = True
+    # True: photos the user sends reach the model as images (docs/providers.md, vision);
+    # otherwise the model reads a short note naming the file.
+    vision: bool = False
 
 
 class RoutingTasks(_Section):
@@ -908,11 +920,9 @@ def _engine_optional(cfg: EngineConfig, loc: Loc) -> bool:
 
 
 def _gateway_optional(cfg: GatewayConfig, loc: Loc) -> bool:
-    # Telegram runs only once TELEGRAM_BOT_TOKEN is set (a fresh install chats on the
-    # console); Discord's token is wanted only while the channel is enabled.
-    if loc == ("channels", "telegram", "token"):
-        return True
-    return loc == ("channels", "discord", "token") and not cfg.channels.discord.enabled
+    # A channel runs only once its token variable is set (a fresh install chats on the
+    # console); an enabled channel without one is off, and `klaw doctor` says so.
+    return loc in (("channels", "telegram", "token"), ("channels", "discord", "token"))
 
 
 def _with_workspace(env: Mapping[str, str], data: Any) -> dict[str, str]:
@@ -956,7 +966,7 @@ def load_gateway_config(
 # docstrings say the same). Paths are attribute names; messages use the YAML spelling.
 PLANNED_KEYS: dict[type[BaseModel], dict[tuple[str, ...], str]] = {
     EngineConfig: {},
-    GatewayConfig: {("channels", "discord"): "Discord channel, issue 14"},
+    GatewayConfig: {},
 }
 
 

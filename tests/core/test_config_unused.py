@@ -67,28 +67,24 @@ def test_one_line_per_planned_key_set_to_something_else(
 
 
 def test_only_what_the_file_changes(tmp_path: Path, env: dict[str, str]) -> None:
-    # The default written out by hand is no change.
+    # The default written out by hand is no change; gateway.yaml has no planned key left
+    # (Discord landed with issue 14).
     path = tmp_path / "gateway.yaml"
     path.write_text("channels:\n  discord:\n    enabled: false\n", encoding="utf-8")
     assert planned_settings(load_gateway_config(path, env), env) == []
-    path.write_text("channels:\n  discord:\n    allowedChatIds: ['1']\n", encoding="utf-8")
-    assert keys(planned_settings(load_gateway_config(path, env), env)) == [
-        "channels.discord.allowedChatIds"
-    ]
+    assert PLANNED_KEYS[GatewayConfig] == {}
 
 
-def test_discord_in_gateway_yaml(tmp_path: Path, env: dict[str, str]) -> None:
+def test_discord_in_gateway_yaml_is_no_longer_planned(tmp_path: Path, env: dict[str, str]) -> None:
     path = tmp_path / "gateway.yaml"
-    path.write_text("channels:\n  discord:\n    enabled: true\n    token: abc\n", encoding="utf-8")
-    lines = planned_settings(load_gateway_config(path, env), env)
-    assert keys(lines) == ["channels.discord.enabled", "channels.discord.token"]
-    assert all("planned: Discord channel, issue 14" in line for line in lines)
+    text = "channels:\n  discord:\n    enabled: true\n    token: a.b.c\n    allowedChatIds: ['1']\n"
+    path.write_text(text, encoding="utf-8")
+    assert planned_settings(load_gateway_config(path, env), env) == []
 
 
 def test_planned_sections_are_read_by_nothing_else() -> None:
     # When a capability lands, its keys must leave PLANNED_KEYS (and the warning).
-    attrs = {"discord"}
-    assert ("channels", "discord") in PLANNED_KEYS[GatewayConfig]
+    attrs = {path[-1] for keys in PLANNED_KEYS.values() for path in keys}
     readers = [
         f"{src.relative_to(PACKAGE)}: .{name}"
         for src in PACKAGE.rglob("*.py")
@@ -127,5 +123,5 @@ def test_doctor_warns_per_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     )
     paths.gateway_config.write_text(text, encoding="utf-8")
     result = runner.invoke(app, ["doctor"])
-    assert "warn  gateway.yaml: 2 key(s) set for features not built yet" in result.output
-    assert "channels.discord.enabled: not implemented yet (planned" in result.output
+    assert "not built yet" not in result.output and "no effect" not in result.output
+    assert "discord: enabled but no bot token" not in result.output

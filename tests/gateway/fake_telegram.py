@@ -21,6 +21,7 @@ events, no sleeping). Every call is recorded with a monotonic timestamp.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -216,6 +217,14 @@ class Sent:
 
 
 @dataclass
+class DraftCall:
+    chat_id: int
+    draft_id: int
+    text: str
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
 class _Failure:
     status: int
     description: str
@@ -247,7 +256,15 @@ _JSON_FIELDS = {
     "reply_markup",
     "scope",
 }
-_INT_FIELDS = {"offset", "limit", "timeout", "reply_to_message_id", "message_thread_id"}
+_INT_FIELDS = {
+    "offset",
+    "limit",
+    "timeout",
+    "reply_to_message_id",
+    "message_thread_id",
+    "draft_id",
+    "message_id",
+}
 _ACTIONS = {
     "typing",
     "upload_photo",
@@ -272,6 +289,9 @@ class FakeTelegram:
         self.calls: list[Call] = []
         self.sent: list[Sent] = []
         self.commands: list[dict[str, Any]] = []
+        self.drafts: list[DraftCall] = []  # sendMessageDraft calls (previews, not messages)
+        self.edits: list[Sent] = []  # editMessageText calls that changed a message
+        self.drafts_supported = True  # False: sendMessageDraft is an unknown method (404)
         self.get_file_limit = 20 * 1024 * 1024  # the Bot API refuses bigger getFile
         self._updates: list[dict[str, Any]] = []
         self._next_update_id = 1000
@@ -698,6 +718,82 @@ class FakeTelegram:
         return {
             "message_id": message_id,
             "date": int(time.time()),
+            "chat": chat.obj,
+            "from": {"id": BOT_ID, "is_bot": True, "first_name": "Klaw"},
+            "text": visible,
+        }
+
+    def _visible(self, params: dict[str, Any]) -> tuple[str, str, str | None, list[Entity]]:
+        text = str(params.get("text", ""))
+        parse_mode = params.get("parse_mode")
+        entities: list[Entity] = []
+        if parse_mode is None:
+            visible = text
+        elif str(parse_mode).lower() == "html":
+            try:
+                visible, entities = parse_html(text)
+            except HtmlError as exc:
+                raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
+        else:
+            raise _ApiError(400, f"Bad Request: unsupported parse_mode {parse_mode!r} (fake)")
+        visible = visible.strip()
+        if utf16_len(visible) > MAX_TEXT:
+            raise _ApiError(400, "Bad Request: message is too long")
+        return text, visible, parse_mode, entities
+
+    async def _m_sendmessagedraft(self, params: dict[str, Any]) -> bool:
+        if not self.drafts_supported:
+            raise _ApiError(404, "Not Found")
+        chat = self._target(params)
+        if chat.obj.get("type") != "private":
+            raise _ApiError(400, "Bad Request: drafts can be sent only to private chats")
+        draft_id = int(params.get("draft_id", 0))
+        if draft_id == 0:
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        _, visible, _, _ = self._visible(params)
+        self.drafts.append(DraftCall(chat.obj["id"], draft_id, visible))
+        self._bump()
+        return True
+
+    async def _m_editmessagetext(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat = self._target(params)
+        message_id = int(params.get("message_id", 0))
+        index = next(
+            (
+                i
+                for i, m in enumerate(self.sent)
+                if m.chat_id == chat.obj["id"] and m.message_id == message_id
+            ),
+            None,
+        )
+        if index is None:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        text, visible, parse_mode, entities = self._visible(params)
+        if not visible:
+            raise _ApiError(400, "Bad Request: message text is empty")
+        old = self.sent[index]
+        if old.visible == visible and old.entities == entities:
+            raise _ApiError(
+                400,
+                "Bad Request: message is not modified: specified new message content and "
+                "reply markup are exactly the same as a current content and reply markup "
+                "of the message",
+            )
+        new = dataclasses.replace(
+            old,
+            text=text,
+            parse_mode=parse_mode,
+            visible=visible,
+            entities=entities,
+            at=time.monotonic(),
+        )
+        self.sent[index] = new
+        self.edits.append(new)
+        self._bump()
+        return {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "edit_date": int(time.time()),
             "chat": chat.obj,
             "from": {"id": BOT_ID, "is_bot": True, "first_name": "Klaw"},
             "text": visible,

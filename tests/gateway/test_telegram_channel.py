@@ -173,6 +173,34 @@ async def test_photo_is_saved_largest_size(
     assert not list(inbox.glob("*.part"))
 
 
+async def test_photo_size_within_what_models_take(
+    fake_telegram: FakeTelegram, listening: Listening
+) -> None:
+    """Of Telegram's five sizes the 1280 px one is saved, not the 2560 px original: a
+    vision model would only get it shrunk (PHOTO_MAX_SIDE)."""
+    sizes = []
+    for width in (90, 320, 800, 1280, 2560):
+        blob = f"jpeg {width}".encode()
+        file_id = fake_telegram.add_file(blob, suffix=".jpg")
+        sizes.append(
+            {
+                "file_id": file_id,
+                "file_unique_id": f"U{file_id}",
+                "width": width,
+                "height": width * 3 // 4,
+                "file_size": len(blob),
+            }
+        )
+    fake_telegram.push(fake_telegram.message(CHAT, photo=sizes))
+    # A panorama whose every size is wider than that: the smallest is still saved.
+    wide = fake_telegram.add_file(b"jpeg 4000", suffix=".jpg")
+    pano = [{"file_id": wide, "file_unique_id": "Uw", "width": 4000, "height": 900}]
+    fake_telegram.push(fake_telegram.message(CHAT, photo=pano))
+    first, second = await listening.next(), await listening.next()
+    assert Path(first.attachments[0].path).read_bytes() == b"jpeg 1280"
+    assert Path(second.attachments[0].path).read_bytes() == b"jpeg 4000"
+
+
 @pytest.mark.parametrize(
     ("file_name", "expected_suffix"),
     [

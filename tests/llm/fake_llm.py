@@ -1,7 +1,11 @@
-"""A scripted local HTTP server speaking enough of the OpenAI / Anthropic APIs for tests.
+"""A scripted local HTTP server speaking enough of the OpenAI / Anthropic / Gemini APIs
+for tests.
 
 Each test queues replies (JSON, status codes, headers, delays, raw bodies, SSE streams);
-every request received is recorded. Runs on 127.0.0.1 on a random port.
+every request received is recorded. Runs on 127.0.0.1 on a random port. `rules` are
+checks a real API makes before answering (fake_rules.py: Gemini's request rules, image
+parts of each format): a request one of them rejects gets that API's error instead of
+the next scripted reply.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +28,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (cut short when the server closes)
     sse: list[Any] | None = None  # dicts JSON-encoded, strings as is, ':...' as comments
+    drop: bool = False  # after the SSE events, cut the connection (no end of stream)
 
 
 @dataclass
@@ -31,6 +37,11 @@ class Recorded:
     path: str
     headers: dict[str, str]
     json: Any
+    query: dict[str, str] = field(default_factory=dict)
+
+
+# A check of a request as the real API makes it: None to accept, else the rejection.
+Rule = Callable[[Recorded], Reply | None]
 
 
 class FakeLLM:
@@ -40,6 +51,8 @@ class FakeLLM:
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.rules: list[Rule] = []
+        self.rejected: list[Reply] = []  # what the rules answered, in order
 
     def queue(self, *replies: Reply) -> FakeLLM:
         self.replies.extend(replies)
@@ -50,7 +63,7 @@ class FakeLLM:
         return self.queue(Reply(json=completion(content, model)))
 
     async def start(self) -> str:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)  # requests with images
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
         await self._runner.setup()
@@ -71,7 +84,15 @@ class FakeLLM:
             payload = json.loads(text) if text else None
         except ValueError:
             payload = text
-        self.requests.append(Recorded(request.method, request.path, dict(request.headers), payload))
+        recorded = Recorded(
+            request.method, request.path, dict(request.headers), payload, dict(request.query)
+        )
+        self.requests.append(recorded)
+        for rule in self.rules:
+            rejection = rule(recorded)
+            if rejection is not None:
+                self.rejected.append(rejection)
+                return web.json_response(rejection.json, status=rejection.status)
         if not self.replies:
             return web.json_response({"error": {"message": "no scripted reply"}}, status=599)
         reply = self.replies.popleft()
@@ -102,6 +123,9 @@ class FakeLLM:
                 continue
             data = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
             await response.write(f"data: {data}\n\n".encode())
+        if reply.drop and request.transport is not None:
+            request.transport.close()  # mid-response: the client sees a broken stream
+            return response
         await response.write_eof()
         return response
 

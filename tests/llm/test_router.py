@@ -204,8 +204,6 @@ async def test_unknown_references(router: Router) -> None:
         await router.complete(ask(), model="glm-5")
     with pytest.raises(LlmConfigError, match="routing task 'poetry'"):
         await router.complete(ask(), task="poetry")
-    with pytest.raises(LlmConfigError, match="'gemini' has no client"):
-        await router.complete(ask(), model="gem/gemini-flash")
 
 
 async def test_check_reports_routing_problems(servers: tuple[FakeLLM, FakeLLM]) -> None:
@@ -247,6 +245,55 @@ async def test_failure_after_streamed_text_is_final(
     with pytest.raises(AllProvidersFailed) as info:
         await router.complete(LlmRequest([Message.user("hi")], stream=True), on_delta=on_delta)
     assert list(info.value.failures) == ["glm/glm-5"] and not b.requests
+
+
+async def test_a_stream_cut_mid_answer_falls_back_and_replaces_the_half_answer(
+    router: Router, servers: tuple[FakeLLM, FakeLLM], sleeps: Sleeps
+) -> None:
+    """With `on_reset` (the engine's drafts can take the half answer back) a failure
+    after streamed text goes on to the next model, and the caller hears of it before
+    that model's first delta: the user sees one answer, not half of one then another."""
+    a, b = servers
+
+    def delta(text: str, finish: str | None = None) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+
+    a.queue(Reply(sse=[delta("Half an"), "{broken"]))
+    b.queue(Reply(sse=[delta("The whole"), delta(" answer.", "stop"), "[DONE]"]))
+    seen: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        seen.append(text)
+
+    async def on_reset() -> None:
+        seen.append("<reset>")
+
+    request = LlmRequest([Message.user("hi")], stream=True)
+    response = await router.complete(request, on_delta=on_delta, on_reset=on_reset)
+    assert response.content == "The whole answer." and response.model == "deepseek/deepseek-chat"
+    assert seen == ["Half an", "<reset>", "The whole", " answer."]
+
+
+async def test_a_retry_after_streamed_text_resets_first(
+    router: Router, servers: tuple[FakeLLM, FakeLLM], sleeps: Sleeps
+) -> None:
+    a, _ = servers
+    cut = {"choices": [{"index": 0, "delta": {"content": "Par"}, "finish_reason": None}]}
+    whole = {"choices": [{"index": 0, "delta": {"content": "Whole"}, "finish_reason": "stop"}]}
+    # The connection drops mid-stream (a transient error: retried on the same model).
+    a.queue(Reply(sse=[cut], drop=True), Reply(sse=[whole, "[DONE]"]))
+    seen: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        seen.append(text)
+
+    async def on_reset() -> None:
+        seen.append("<reset>")
+
+    request = LlmRequest([Message.user("hi")], stream=True)
+    response = await router.complete(request, on_delta=on_delta, on_reset=on_reset)
+    assert (response.content, response.model) == ("Whole", "glm/glm-5")
+    assert seen == ["Par", "<reset>", "Whole"] and len(a.requests) == 2
 
 
 async def test_timeout_error_type(make_server: MakeServer, sleeps: Sleeps) -> None:

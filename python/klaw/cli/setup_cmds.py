@@ -230,6 +230,13 @@ def _check_configs(doc: _Doctor, paths: KlawPaths) -> EngineConfig:
                     "telegram: no bot token, only the console channel will run",
                     "export TELEGRAM_BOT_TOKEN=... (from @BotFather) to connect Telegram",
                 )
+            dc = cfg.channels.discord
+            if dc.enabled and not dc.active:
+                doc.warn(
+                    "discord: enabled but no bot token, the Discord channel stays off",
+                    "export DISCORD_BOT_TOKEN=... (Developer Portal → Bot → Reset Token); "
+                    "see docs/discord.md",
+                )
         if path.exists():
             doc.ok(f"{path.name}: {path}")
         else:

@@ -55,7 +55,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from klaw.llm.types import Message, Role, ToolCall, ToolSchema
+from klaw.engine.images import IMAGE_TOKENS, MAX_IMAGES, image_placeholder, not_shown
+from klaw.llm.types import ImagePart, Message, Role, ToolCall, ToolSchema, images_for_model
 from klaw.memory.rows import StoredMessage, count_tokens_batch
 from klaw.tools.onboarding import onboarding_pending
 from klaw.workspace_text import workspace_text
@@ -128,11 +129,13 @@ class ContextLimits:
     max_tokens: int | None
     window_cap: int
     allow_private_memory_in_groups: bool = False
+    vision: bool = False  # models.<id>.vision: photos go as images
 
 
 def model_limits(config: EngineConfig, model: str, *, subagent: bool = False) -> ContextLimits:
     """`models[model].contextBudget` (else `context.defaultBudgetTokens`), the model's
-    `maxTokens`, and `context.slidingWindow` (or `subagentWindow` for subagents)."""
+    `maxTokens`, `vision`, and `context.slidingWindow` (or `subagentWindow` for
+    subagents)."""
     model_cfg = config.models.get(model)
     ctx = config.context
     return ContextLimits(
@@ -141,6 +144,7 @@ def model_limits(config: EngineConfig, model: str, *, subagent: bool = False) ->
         max_tokens=model_cfg.max_tokens if model_cfg else None,
         window_cap=ctx.subagent_window if subagent else ctx.sliding_window,
         allow_private_memory_in_groups=ctx.allow_private_memory_in_groups,
+        vision=bool(model_cfg and model_cfg.vision),
     )
 
 
@@ -166,6 +170,9 @@ class ContextInput:
     count_tokens: TokenCounterFn = _DEFAULT_COUNTER
     # Workspace files left out (the heartbeat's lean context skips AGENTS.md).
     skip_files: frozenset[str] = frozenset()
+    # The model takes images: image attachments of the window's user messages become
+    # `ImagePart` placeholders (the newest MAX_IMAGES), loaded by `klaw.engine.images`.
+    vision: bool = False
 
     @classmethod
     def from_limits(cls, limits: ContextLimits, **kwargs: Any) -> ContextInput:
@@ -175,6 +182,7 @@ class ContextInput:
             max_tokens=limits.max_tokens,
             window_cap=limits.window_cap,
             allow_private_memory_in_groups=limits.allow_private_memory_in_groups,
+            vision=limits.vision,
             **kwargs,
         )
 
@@ -301,7 +309,13 @@ def row_to_message(row: StoredMessage) -> Message | None:
             is_error=meta.get("is_error") is True,
         )
     if role == "user":
-        content = _with_attachments(content, meta)
+        files = meta.get("attachments")
+        images = [
+            image
+            for f in (files if isinstance(files, list) else [])
+            if isinstance(f, Mapping) and (image := image_placeholder(f)) is not None
+        ]
+        return Message("user", _with_attachments(content, meta), images=images)
     return Message(msg_role, content)
 
 
@@ -317,6 +331,31 @@ def _with_attachments(content: str, meta: Mapping[str, Any]) -> str:
         about = ", ".join(str(x) for x in (f.get("mime"), _size(f.get("size"))) if x)
         lines.append(f"[attached file: {f['path']}{f' ({about})' if about else ''}]")
     return "\n".join([content, *lines]) if content else "\n".join(lines)
+
+
+def _images_within_cap(messages: list[Message], vision: bool) -> list[Message]:
+    """Image placeholders kept for the newest MAX_IMAGES images of a vision model; every
+    other image becomes a note (`images_for_model` for a model without vision)."""
+    if not vision:
+        return images_for_model(messages, vision=False)
+    kept = 0
+    out: list[Message] = []
+    for m in reversed(messages):
+        if m.images:
+            room = max(0, MAX_IMAGES - kept)
+            # Within one message the last images are the newest.
+            keep: list[ImagePart] = m.images[max(0, len(m.images) - room) :] if room else []
+            kept += len(keep)
+            older = m.images[: len(m.images) - len(keep)]
+            if older:
+                notes = [
+                    not_shown(i, f"only the {MAX_IMAGES} newest images are sent") for i in older
+                ]
+                text = "\n".join(x for x in (m.content, *notes) if x)
+                m = replace(m, content=text, images=keep)
+        out.append(m)
+    out.reverse()
+    return out
 
 
 def _size(n: Any) -> str | None:
@@ -555,7 +594,9 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
 
     # ---- the window, as units
     segment, before_break = _segment(inp.window)
-    converted = [m for m in map(row_to_message, segment) if m is not None]
+    converted = _images_within_cap(
+        [m for m in map(row_to_message, segment) if m is not None], inp.vision
+    )
     units, orphans = _units(converted)
 
     # ---- one batch count for everything
@@ -571,7 +612,10 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
     pos += len(tail_texts)
     tools_tokens = sum(counts[pos : pos + len(schema_texts)])
     pos += len(schema_texts)
-    msg_tokens = [t + PER_MESSAGE_OVERHEAD for t in counts[pos:]]
+    msg_tokens = [
+        t + PER_MESSAGE_OVERHEAD + IMAGE_TOKENS * len(m.images)
+        for t, m in zip(counts[pos:], flat, strict=True)
+    ]
     unit_tokens: list[int] = []
     start = 0
     for unit in units:

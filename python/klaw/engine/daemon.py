@@ -383,6 +383,7 @@ def _pipeline(
 
     commands = Commands(config, paths, memory)
     pipeline = Pipeline(config, paths, memory, router, registry_factory=registry, commands=commands)
+    pipeline.drafts = server
     commands.set_status(
         lambda: {
             "uptime_s": time.monotonic() - server.t0,

@@ -55,6 +55,8 @@ from klaw.engine.context import (
     message_meta,
     model_limits,
 )
+from klaw.engine.drafts import DraftSink, DraftStream
+from klaw.engine.images import load_images
 from klaw.engine.summaries import latest_summary
 from klaw.errors import KlawError
 from klaw.llm.errors import AllProvidersFailed
@@ -245,6 +247,8 @@ class Pipeline:
         self.after_turn: Callable[[str], None] | None = None
         #: Called with the chat id after every reply (the conversation index).
         self.on_reply: Callable[[str], None] | None = None
+        #: Where streamed drafts go (the engine server); None: no streaming.
+        self.drafts: DraftSink | None = None
 
     def _default_registry(self, chat_id: str) -> ToolRegistry:
         from klaw.tools import builtin_registry
@@ -510,19 +514,29 @@ class Pipeline:
             )
         )
         messages = list(context.messages)
+        if any(m.images for m in messages):  # photos for a vision model: read off the loop
+            messages = await asyncio.to_thread(load_images, messages, self.paths.workspace)
         max_rounds = self.config.processing.max_tool_call_rounds
         rounds = 0
         usage = Usage()
         records: list[LogLine] = []
         answered_by = model
         meta: dict[str, Any] = {}
+        stream = self._draft_stream(batch)
         while True:
+            if stream is not None:
+                await stream.reset()  # a new round: its text replaces the last one's
             try:
                 response = await self._complete(
-                    LlmRequest(messages=messages, tools=context.tools), model, batch
+                    LlmRequest(messages=messages, tools=context.tools, stream=stream is not None),
+                    model,
+                    batch,
+                    stream,
                 )
             except AllProvidersFailed as exc:
                 log.error("no model answered %s: %s", chat_id, exc)
+                if stream is not None:
+                    stream.close()
                 await self._unanswered(batch, exc.user_message, records)
                 return
             usage.tokens_in += response.usage.tokens_in
@@ -550,6 +564,8 @@ class Pipeline:
                 store.insert_messages, [line_row(x, last.channel, chat_id) for x in new]
             )
 
+        if stream is not None:
+            stream.close()  # no draft after the reply
         meta.update(
             {"model": answered_by, "tokens_in": usage.tokens_in, "tokens_out": usage.tokens_out}
         )
@@ -572,10 +588,27 @@ class Pipeline:
         if self.after_turn is not None and batch.priority < SUBAGENT:
             self.after_turn(chat_id)
 
-    async def _complete(self, request: LlmRequest, model: str, batch: _Batch) -> LlmResponse:
+    async def _complete(
+        self, request: LlmRequest, model: str, batch: _Batch, stream: DraftStream | None = None
+    ) -> LlmResponse:
         if batch.priority < SUBAGENT:
+            if stream is not None:
+                return await self.router.complete(
+                    request, model=model, on_delta=stream.delta, on_reset=stream.reset
+                )
             return await self.router.complete(request, model=model)  # `_run` holds a slot
         return await self.complete_background(request, model)
+
+    def _draft_stream(self, batch: _Batch) -> DraftStream | None:
+        """Drafts for an interactive turn whose channel shows replies while written."""
+        last = batch.messages[-1]
+        if self.drafts is None or batch.priority >= SUBAGENT or batch.lean:
+            return None
+        if not self.drafts.streams(last.channel):
+            return None
+        return DraftStream(
+            self.drafts, channel=last.channel, chat_id=last.chat_id, reply_to=last.id
+        )
 
     async def complete_background(self, request: LlmRequest, model: str) -> LlmResponse:
         """One model call at subagent priority, holding a slot for that call only

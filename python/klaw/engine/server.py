@@ -36,6 +36,7 @@ from klaw.wire.protocol import (
     Command,
     CommandInfo,
     Delivered,
+    Draft,
     Error,
     ErrorCode,
     GatewayInfo,
@@ -373,7 +374,10 @@ class EngineServer:
             )
             old.close()
         conn.gateway = GatewayInfo(
-            client=msg.client, channels=list(msg.channels), connected_at=datetime.now(UTC)
+            client=msg.client,
+            channels=list(msg.channels),
+            connected_at=datetime.now(UTC),
+            streaming=[c for c in msg.streaming if c in msg.channels],
         )
         self._gateway = conn
         log.info("gateway registered (channels: %s)", ", ".join(msg.channels) or "none")
@@ -411,6 +415,18 @@ class EngineServer:
         if gw is None or not await gw.send(msg):
             about = f"for {msg.chat_id}" if isinstance(msg, Outbound) else f"about {msg.ref}"
             raise GatewayNotConnected(f"no gateway connected: {msg.type} {about} was not delivered")
+
+    def streams(self, channel: str) -> bool:
+        """Whether the connected gateway shows `channel`'s replies while written."""
+        gw = self._gateway
+        return gw is not None and gw.gateway is not None and channel in gw.gateway.streaming
+
+    async def draft(self, msg: Draft) -> None:
+        """Best effort: a draft that finds no gateway is dropped (the outbound is what
+        counts, and it is kept until delivered)."""
+        gw = self._gateway
+        if gw is not None:
+            await gw.send(msg)
 
     async def deliver(self, msg: Outbound, timeout: float = 30.0) -> None:
         """Sends `msg` and waits for the gateway's `delivered`.

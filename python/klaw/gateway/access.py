@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -83,6 +84,9 @@ class Pairings:
         self.path = path
         self._now = now or (lambda: datetime.now(UTC))
         self._full_since: datetime | None = None  # last "too many pending" warning
+        # Chats are handled concurrently (Discord: one worker per chat), each call in a
+        # worker thread: without it two strangers' read-modify-writes lose one another.
+        self._lock = threading.Lock()
 
     def _load(self) -> dict[str, PairingCode]:
         raw = _read_json(self.path) or {}
@@ -134,6 +138,10 @@ class Pairings:
         """The code to send to a stranger now, or None: it got one less than REPLY_EVERY
         ago, or MAX_PENDING other codes are waiting (existing ones are never evicted: one
         of them may be the owner's). Writes pairing.json only when it answers."""
+        with self._lock:
+            return self._reply_code(chat_id, sender, sender_name)
+
+    def _reply_code(self, chat_id: str, sender: str | None, sender_name: str | None) -> str | None:
         now = self._now()
         codes = self._load()
         entry = next((c for c in codes.values() if c.chat_id == chat_id), None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from klaw.errors import KlawError
 from klaw.wire.protocol import Attachment, Quote
@@ -103,6 +103,19 @@ class Channel(Protocol):
 
     async def close(self) -> None:
         """Releases sessions and connections; safe to call twice."""
+        ...
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """A channel that can show a reply while it is being written (`streaming: true`)."""
+
+    streaming: bool
+
+    async def draft(self, chat_id: str, reply_to: str, text: str) -> None:
+        """The reply to inbound `reply_to` reads `text` so far. Returns at once (the
+        channel shows it when its platform's rate limit allows); never raises for a
+        preview that fails. The `send` of that reply ends the preview."""
         ...
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from klaw.gateway.access import Access, Approvals, Pairings
 from klaw.gateway.buffer import Buffer
-from klaw.gateway.channel import Channel, ChannelSendError, Incoming
+from klaw.gateway.channel import Channel, ChannelSendError, Incoming, Streaming
 from klaw.gateway.logbook import LogBook
 from klaw.retry import Backoff
 from klaw.wire.loglines import inbound_line, outbound_line
@@ -38,6 +38,7 @@ from klaw.wire.protocol import (
     Attachment,
     Command,
     Delivered,
+    Draft,
     Error,
     ErrorCode,
     Inbound,
@@ -337,7 +338,10 @@ class Gateway:
             await asyncio.sleep(backoff.delay(failures))
 
     async def _register(self, lines: LineReader, writer: asyncio.StreamWriter) -> bool:
-        writer.write(encode(Register(channels=list(self.channels))))
+        streaming = [
+            name for name, ch in self.channels.items() if isinstance(ch, Streaming) and ch.streaming
+        ]
+        writer.write(encode(Register(channels=list(self.channels), streaming=streaming)))
         await writer.drain()
         try:
             reply = await asyncio.wait_for(lines.message(), self.timings.register_timeout_s)
@@ -414,6 +418,8 @@ class Gateway:
                 return
             if isinstance(msg, Outbound):
                 self._spawn(self._outbound(msg), f"klaw-outbound-{msg.id}")
+            elif isinstance(msg, Draft):
+                await self._draft(msg)
             elif isinstance(msg, Error):
                 await self._engine_error(msg)
             elif isinstance(msg, Shutdown):
@@ -439,6 +445,19 @@ class Gateway:
             await self._say(channel, msg.chat_id, FAILED_TEXT.format(reason=err.message))
 
     # ------------------------------------------------------------------ outbound
+
+    async def _draft(self, msg: Draft) -> None:
+        """A preview of a reply being written: shown, never logged nor buffered. Only for
+        chats that may be answered (the outbound that follows is checked the same way)."""
+        channel = self.channels.get(msg.channel)
+        if not isinstance(channel, Streaming) or not channel.streaming:
+            return
+        if not self.access.outbound_allowed(msg.channel, msg.chat_id):
+            return
+        try:
+            await channel.draft(msg.chat_id, msg.reply_to, msg.content)
+        except ChannelSendError as exc:
+            log.debug("draft for %s not shown: %s", msg.chat_id, exc)
 
     async def _outbound(self, out: Outbound) -> None:
         lock = self._chat_locks.setdefault(out.chat_id, asyncio.Lock())

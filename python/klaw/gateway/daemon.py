@@ -26,6 +26,10 @@ __all__ = ["build_channels", "main", "run"]
 
 log = logging.getLogger("klaw.gateway")
 
+#: The Discord channel's last handled message per chat, in the state dir (a hint for the
+#: catch-up after a restart: losing it costs nothing but that catch-up).
+DISCORD_CURSOR = "discord-cursor.json"
+
 
 class GatewayLocked(KlawError):
     """Another gateway is running."""
@@ -40,19 +44,33 @@ class GatewayLock(ProcessLock):
 
 
 def build_channels(paths: KlawPaths, config: GatewayConfig) -> list[Channel]:
-    """The channels gateway.yaml enables (Telegram only with a token)."""
+    """The channels gateway.yaml enables (Telegram and Discord only with a token)."""
     channels: list[Channel] = []
     tg = config.channels.telegram
     if tg.active:
         from klaw.gateway.telegram import TelegramChannel, TelegramError
 
         try:
-            channels.append(TelegramChannel(tg, paths.inbox))
+            channels.append(
+                TelegramChannel(
+                    tg, paths.inbox, streams_file=paths.state_dir / "telegram-previews.json"
+                )
+            )
         except TelegramError as exc:
             # A bad token must not take the console down with it.
             log.error("Telegram is off: %s", exc)
     elif tg.enabled:
         log.info("Telegram is off: no bot token (set TELEGRAM_BOT_TOKEN)")
+    dc = config.channels.discord
+    if dc.active:
+        from klaw.gateway.discord import DiscordChannel, DiscordError
+
+        try:
+            channels.append(DiscordChannel(dc, paths.inbox, paths.state_dir / DISCORD_CURSOR))
+        except DiscordError as exc:
+            log.error("Discord is off: %s", exc)
+    elif dc.enabled:
+        log.warning("Discord is off: no bot token (set DISCORD_BOT_TOKEN)")
     if config.channels.console.enabled:
         from klaw.gateway.console import ConsoleChannel
 
@@ -85,8 +103,8 @@ async def run(
         chans = list(channels) if channels is not None else build_channels(paths, config)
         if not chans:
             log.error(
-                "no channel is enabled: set TELEGRAM_BOT_TOKEN or enable the console "
-                "channel in gateway.yaml"
+                "no channel is enabled: set TELEGRAM_BOT_TOKEN (or enable Discord and set "
+                "DISCORD_BOT_TOKEN), or enable the console channel in gateway.yaml"
             )
             return 1
         gateway = Gateway(paths, config, chans, timings=timings)

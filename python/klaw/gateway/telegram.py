@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import enum
 import errno
+import functools
 import logging
 import re
 import unicodedata
@@ -48,6 +49,7 @@ from klaw.gateway.botapi import (
 )
 from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
 from klaw.gateway.tgformat import split_message, to_html, visible_text
+from klaw.gateway.tgstream import TelegramStreams
 from klaw.retry import Backoff, retry
 from klaw.wire.protocol import Attachment, Quote
 
@@ -93,6 +95,10 @@ _CONTENT: Final = (
     "story",
 )
 _FILES: Final = frozenset({"photo", "document"})
+# Of the sizes Telegram offers for a photo (90, 320, 800, 1280, 2560 px), the largest
+# whose longest side a vision model takes whole (klaw.engine.images.MAX_IMAGE_SIDE): a
+# bigger copy would be downloaded only to be shrunk again.
+PHOTO_MAX_SIDE: Final = 1568
 # Errors of the gateway's own storage (logs, buffer, inbox): waiting is the only cure.
 _STORAGE_ERRNOS: Final = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES, errno.EPERM}
@@ -147,6 +153,7 @@ class TelegramChannel:
         max_retry_after: float = 60.0,
         max_deliveries: int = 5,
         admit: Callable[[str], bool] | None = None,
+        streams_file: Path | None = None,
     ) -> None:
         if not config.token:
             raise TelegramError(
@@ -161,6 +168,9 @@ class TelegramChannel:
                 "(expected the 123456:ABC... string from @BotFather)"
             ) from None
         self._inbox = inbox
+        #: Show replies while they are written (drafts, else edits; gateway.yaml `streaming`).
+        self.streaming = config.streaming
+        self._streams = TelegramStreams(self._api.call, streams_file)
         self._max_file_size = max_file_size
         self._poll_timeout = poll_timeout
         self._attempts = max(1, attempts)
@@ -452,13 +462,22 @@ class TelegramChannel:
         return name.lower(), text[len(word) :].strip()
 
     async def _save_file(self, msg: Json, ident: str) -> Attachment | None:
-        """Downloads the photo (largest size under the cap) or document; None if too big."""
+        """Downloads the photo (the largest size within PHOTO_MAX_SIDE and the cap) or
+        document; None if too big."""
         photo = [p for p in _list(msg.get("photo")) if isinstance(p, dict) and _str(p, "file_id")]
         if photo:
             fitting = [p for p in photo if (_int(p, "file_size") or 0) <= self._max_file_size]
             if not fitting:
                 return None
-            best = max(fitting, key=lambda p: (_int(p, "width") or 0) * (_int(p, "height") or 0))
+
+            def area(p: Json) -> int:
+                return (_int(p, "width") or 0) * (_int(p, "height") or 0)
+
+            def side(p: Json) -> int:
+                return max(_int(p, "width") or 0, _int(p, "height") or 0)
+
+            within = [p for p in fitting if side(p) <= PHOTO_MAX_SIDE]
+            best = max(within, key=area) if within else min(fitting, key=area)
             photo_id = _str(best, "file_id") or ""
             return await self._download(photo_id, ident, "photo.jpg", None, "image/jpeg")
         doc = _obj(msg, "document")
@@ -506,15 +525,24 @@ class TelegramChannel:
 
     # ------------------------------------------------------------------ sending
 
+    async def draft(self, chat_id: str, reply_to: str, text: str) -> None:
+        """Shows the reply to `reply_to` as written so far (see `klaw.gateway.tgstream`)."""
+        self._streams.update(self._platform_chat(chat_id), reply_to, text)
+
     async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> None:
-        """Sends `text` as HTML parts; a part Telegram cannot parse goes as plain text."""
+        """Sends `text` as HTML parts; a part Telegram cannot parse goes as plain text.
+        A reply that was shown while written is edited into its preview message."""
         chat = self._platform_chat(chat_id)
+        preview = await self._streams.finish(reply_to)
         parts = split_message(text)
         if not parts:
             log.debug("telegram: nothing to send to %s (empty text)", chat_id)
             return
         reply = _reply_id(chat_id, reply_to)
-        for index, part in enumerate(parts):
+        start = 0
+        if preview is not None and await self._edit_into(chat, preview, parts[0]):
+            start = 1
+        for index, part in enumerate(parts[start:], start):
             params = None
             if index == 0 and reply is not None:
                 params = {"message_id": reply, "allow_sending_without_reply": True}
@@ -523,7 +551,40 @@ class TelegramChannel:
             except BotApiException as exc:
                 done = f" ({index} of {len(parts)} parts delivered)" if index else ""
                 raise self._send_error(exc, f"sending to {chat_id}{done}") from exc
+        self._streams.done(reply_to)
         log.debug("telegram: sent %d part(s) to %s", len(parts), chat_id)
+
+    async def _edit_into(self, chat: int, message_id: int, part: str) -> bool:
+        """The reply's first part into its preview message; False: send it instead (the
+        preview is gone, or too old to edit)."""
+        html = to_html(part)
+        attempts: list[tuple[str, str | None]] = [(part, None)]
+        if visible_text(html).strip():
+            attempts.insert(0, (html, "HTML"))
+        for text, mode in attempts:
+            params = {
+                "chat_id": chat,
+                "message_id": message_id,
+                "text": text,
+                "parse_mode": mode,
+            }
+            try:
+                await self._call(
+                    "editMessageText", functools.partial(self._api.call, "editMessageText", params)
+                )
+                return True
+            except BotApiBadRequest as exc:
+                reason = exc.description.lower()
+                if "not modified" in reason:
+                    return True
+                if "can't parse entities" in reason:
+                    continue
+                log.warning("telegram: could not edit the preview (%s); sending", exc.description)
+                return False
+            except BotApiException as exc:
+                log.warning("telegram: could not edit the preview (%s); sending", exc)
+                return False
+        return False
 
     async def _send_part(self, chat: int, part: str, reply: Json | None) -> None:
         html = to_html(part)
@@ -583,6 +644,7 @@ class TelegramChannel:
         self._closed = True
         for task in list(self._notices):
             task.cancel()
+        await self._streams.close()
         if not self._listening and self._offset is not None and self._offset != self._sent_offset:
             # Without this the last batch would be delivered again after a restart.
             with contextlib.suppress(BotApiException):

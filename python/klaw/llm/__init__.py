@@ -1,7 +1,7 @@
 """The LLM layer: provider clients and the router with retries and fallback.
 
 Clients speak a wire protocol (`OpenAICompatClient` for GLM, DeepSeek, Qwen, Ollama,
-OpenRouter; `AnthropicClient`) and make one attempt; the `Router` resolves
+OpenRouter; `AnthropicClient`; `GeminiClient`) and make one attempt; the `Router` resolves
 `provider/model-id` references from engine.yaml, retries and falls back.
 
 Exceptions (all under `klaw.errors.KlawError`):
@@ -11,7 +11,8 @@ Exceptions (all under `klaw.errors.KlawError`):
     ├── ProviderError               one call failed: .provider .model .status .retry_after
     │   ├── ProviderTimeout         no answer within llm.requestTimeoutMs (retried)
     │   ├── ProviderConnectionError endpoint unreachable (retried)
-    │   └── MalformedResponse       2xx but not a chat completion (falls back)
+    │   ├── MalformedResponse       2xx but not a chat completion (falls back)
+    │   └── ContentBlocked          a safety filter blocked prompt or answer: .reason (falls back)
     └── AllProvidersFailed          the whole chain failed: .user_message, .failures
 
 A tool call whose arguments are not a JSON object is not an exception: it comes back as
@@ -24,6 +25,7 @@ from klaw.llm.anthropic import AnthropicClient
 from klaw.llm.errors import (
     USER_MESSAGE,
     AllProvidersFailed,
+    ContentBlocked,
     LlmConfigError,
     LlmError,
     MalformedResponse,
@@ -31,11 +33,13 @@ from klaw.llm.errors import (
     ProviderError,
     ProviderTimeout,
 )
+from klaw.llm.gemini import GeminiClient
 from klaw.llm.openai_compat import OpenAICompatClient
 from klaw.llm.router import ModelRef, Router, build_client
 from klaw.llm.types import (
     DeltaCallback,
     FinishReason,
+    ImagePart,
     LlmClient,
     LlmRequest,
     LlmResponse,
@@ -50,8 +54,11 @@ __all__ = [
     "USER_MESSAGE",
     "AllProvidersFailed",
     "AnthropicClient",
+    "ContentBlocked",
     "DeltaCallback",
     "FinishReason",
+    "GeminiClient",
+    "ImagePart",
     "LlmClient",
     "LlmConfigError",
     "LlmError",

@@ -1,4 +1,4 @@
-"""Helpers shared by the HTTP clients: error mapping, Retry-After, secret redaction."""
+"""Helpers shared by the HTTP clients: error mapping, Retry-After, secret redaction, SSE."""
 
 from __future__ import annotations
 
@@ -66,13 +66,16 @@ def provider_message(body: bytes, fallback: str) -> str:
 
     OpenAI/DeepSeek/DashScope: {"error": {"message": ...}}; Ollama: {"error": "..."};
     GLM and DashScope native: {"code": ..., "message"/"msg": ...}; Anthropic:
-    {"type": "error", "error": {"type": ..., "message": ...}}.
+    {"type": "error", "error": {"type": ..., "message": ...}}; Google (Gemini, also its
+    OpenAI-compatible endpoint) sometimes wraps the error object in a one-element list.
     """
     text = body.decode("utf-8", "replace").strip()
     try:
         data: Any = json.loads(text)
     except ValueError:
         data = None
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
     message: Any = None
     if isinstance(data, dict):
         err = data.get("error")
@@ -131,3 +134,18 @@ def parse_json(body: bytes, *, provider: str, model: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise MalformedResponse("answer is not a JSON object", provider=provider, model=model)
     return data
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[str]:
+    """The `data:` payloads of a server-sent event stream (multi-line data joined)."""
+    lines: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if lines:
+                yield "\n".join(lines)
+                lines = []
+        elif line.startswith("data:"):
+            lines.append(line[5:].removeprefix(" "))
+        # comments (":keep-alive"), event:, id:, retry: carry nothing we need
+    if lines:
+        yield "\n".join(lines)

@@ -164,7 +164,14 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
         if m.is_error:
             block["is_error"] = True
         return [block]
-    out: list[dict[str, Any]] = []
+    # Images before the text, as Anthropic advises.
+    out: list[dict[str, Any]] = [
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": i.mime, "data": i.base64()},
+        }
+        for i in m.images
+    ]
     if m.content:
         out.append({"type": "text", "text": m.content})
     for c in m.tool_calls:

@@ -6,6 +6,7 @@ from klaw.errors import KlawError
 
 __all__ = [
     "AllProvidersFailed",
+    "ContentBlocked",
     "LlmConfigError",
     "LlmError",
     "MalformedResponse",
@@ -72,6 +73,18 @@ class ProviderConnectionError(ProviderError):
 
 class MalformedResponse(ProviderError):
     """The provider answered 2xx with a body we cannot read as a chat completion."""
+
+
+class ContentBlocked(ProviderError):
+    """The provider's safety filter blocked the prompt or the whole answer (Gemini's
+    `promptFeedback.blockReason`, `finishReason` SAFETY, RECITATION, PROHIBITED_CONTENT...).
+
+    Not retried: the same request would be blocked again. `reason` is the provider's code.
+    """
+
+    def __init__(self, message: str, *, provider: str, model: str = "", reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(message, provider=provider, model=model)
 
 
 class AllProvidersFailed(LlmError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +21,7 @@ from klaw.llm._http import (
     make_client,
     parse_json,
     redact,
+    sse_events,
     translate_transport,
 )
 from klaw.llm.errors import MalformedResponse, ProviderError
@@ -126,7 +126,7 @@ class OpenAICompatClient:
         async with self._http.stream("POST", "chat/completions", json=body) as response:
             if response.status_code >= 400:
                 raise self._error(response, await response.aread(), request.model)
-            async for data in _sse_events(response):
+            async for data in sse_events(response):
                 if data == "[DONE]":
                     break
                 try:
@@ -143,21 +143,6 @@ class OpenAICompatClient:
                 if text and on_delta is not None:
                     await on_delta(text)
         return acc.response(request.model)
-
-
-async def _sse_events(response: httpx.Response) -> AsyncIterator[str]:
-    """The `data:` payloads of a server-sent event stream (multi-line data joined)."""
-    lines: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if lines:
-                yield "\n".join(lines)
-                lines = []
-        elif line.startswith("data:"):
-            lines.append(line[5:].removeprefix(" "))
-        # comments (":keep-alive"), event:, id:, retry: carry nothing we need
-    if lines:
-        yield "\n".join(lines)
 
 
 @dataclass
@@ -281,6 +266,16 @@ def _wire_message(m: Message) -> dict[str, Any]:
     if m.role == "tool":
         return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or ""}
     out: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+    if m.images:
+        # Content parts only when there is an image: some compatible servers take
+        # nothing but a string.
+        parts: list[dict[str, Any]] = [
+            {"type": "image_url", "image_url": {"url": f"data:{i.mime};base64,{i.base64()}"}}
+            for i in m.images
+        ]
+        if m.content:
+            parts.append({"type": "text", "text": m.content})
+        out["content"] = parts
     if m.role == "assistant":
         if m.tool_calls:
             out["tool_calls"] = [

@@ -16,8 +16,15 @@ from dataclasses import dataclass
 from klaw.config import EngineConfig, ModelConfig, ProviderConfig
 from klaw.llm.anthropic import AnthropicClient
 from klaw.llm.errors import AllProvidersFailed, LlmConfigError, ProviderError
+from klaw.llm.gemini import GeminiClient
 from klaw.llm.openai_compat import OpenAICompatClient
-from klaw.llm.types import DeltaCallback, LlmClient, LlmRequest, LlmResponse
+from klaw.llm.types import (
+    DeltaCallback,
+    LlmClient,
+    LlmRequest,
+    LlmResponse,
+    images_for_model,
+)
 from klaw.retry import Backoff, retry
 
 __all__ = ["ModelRef", "Router", "Sleep"]
@@ -45,7 +52,8 @@ class Router:
     Each model is tried up to `llm.maxRetries + 1` times when the failure is retryable
     (an HTTP status in `llm.retryOn`, a timeout, an unreachable endpoint), waiting
     `initialBackoffMs × backoffMultiplier^n` or the provider's `Retry-After`. Any other
-    failure moves on to the next model at once.
+    failure moves on to the next model at once. Images reach only models with
+    `vision: true`; the others read a short note naming each image.
     """
 
     def __init__(
@@ -141,26 +149,50 @@ class Router:
         task: str | None = None,
         *,
         on_delta: DeltaCallback | None = None,
+        on_reset: Callable[[], Awaitable[None]] | None = None,
     ) -> LlmResponse:
         """Answer `request` with the first model of the chain that works.
 
         Raises LlmConfigError for a bad model reference and AllProvidersFailed when the
         whole chain failed. Once streamed text has reached `on_delta`, a failure is final
-        (no retry, no fallback): the user has already seen part of an answer.
+        (no retry, no fallback): the user has already seen part of an answer. Unless
+        `on_reset` is given: then the next attempt goes ahead and `on_reset` is awaited
+        before its first delta, so the caller replaces the half answer instead of
+        showing a second one after it.
         """
         failures: dict[str, ProviderError] = {}
         delivered = False
+        dirty = False  # text of a failed attempt is on show: reset before the next
 
         async def relay(text: str) -> None:
-            nonlocal delivered
+            nonlocal delivered, dirty
+            if dirty and on_reset is not None:
+                dirty = False
+                await on_reset()
             delivered = True
             if on_delta is not None:
                 await on_delta(text)
+
+        def restart() -> None:
+            # A new attempt after one whose text was shown: reset before its first delta.
+            nonlocal delivered, dirty
+            if delivered:
+                dirty, delivered = True, False
+
+        def failed_after_text() -> bool:
+            if not delivered:
+                return False
+            if on_reset is None:
+                return True
+            restart()
+            return False
 
         for target in self.chain(model, task):
             client = self._client(target.provider)
             attempt_request = dataclasses.replace(
                 request,
+                # A model without `vision: true` reads a note naming each image instead.
+                messages=images_for_model(request.messages, vision=target.config.vision),
                 model=target.model_id,
                 max_tokens=request.max_tokens or target.config.max_tokens,
                 temperature=(
@@ -170,21 +202,35 @@ class Router:
                 ),
             )
             try:
-                response = await self._with_retries(client, attempt_request, target.ref, relay)
+                response = await self._with_retries(
+                    client,
+                    attempt_request,
+                    target.ref,
+                    relay,
+                    restart=restart if on_reset is not None else None,
+                )
                 # Callers log and bill by the reference they configured ("glm/glm-5").
                 return dataclasses.replace(response, model=target.ref)
             except ProviderError as exc:
                 failures[target.ref] = exc
-                if delivered:
+                if failed_after_text():
                     break
                 log.warning("llm %s failed, trying the next model: %s", target.ref, exc)
         raise AllProvidersFailed(failures)
 
     async def _with_retries(
-        self, client: LlmClient, request: LlmRequest, ref: str, relay: DeltaCallback
+        self,
+        client: LlmClient,
+        request: LlmRequest,
+        ref: str,
+        relay: DeltaCallback,
+        *,
+        restart: Callable[[], None] | None = None,
     ) -> LlmResponse:
         llm = self._config.llm
-        streamed = False  # text of the current attempt reached the user: no retry
+        # Text of the current attempt reached the user: no retry, unless the caller
+        # can replace it (`restart`: the router resets before the next attempt's text).
+        streamed = False
 
         async def tracked(text: str) -> None:
             nonlocal streamed
@@ -193,11 +239,17 @@ class Router:
 
         async def attempt() -> LlmResponse:
             nonlocal streamed
+            if streamed and restart is not None:
+                restart()
             streamed = False
             return await client.complete(request, tracked)
 
         def retryable(exc: BaseException) -> bool:
-            return isinstance(exc, ProviderError) and not streamed and self._retryable(exc)
+            return (
+                isinstance(exc, ProviderError)
+                and (restart is not None or not streamed)
+                and self._retryable(exc)
+            )
 
         return await retry(
             attempt,
@@ -224,7 +276,9 @@ def build_client(name: str, provider: ProviderConfig, timeout_s: float) -> LlmCl
         return OpenAICompatClient(name, provider.endpoint, provider.api_key, timeout_s=timeout_s)
     if provider.type == "anthropic":
         return AnthropicClient(name, provider.endpoint, provider.api_key, timeout_s=timeout_s)
+    if provider.type == "gemini":
+        return GeminiClient(name, provider.endpoint, provider.api_key, timeout_s=timeout_s)
     raise LlmConfigError(
-        f"provider {name!r}: type {provider.type!r} has no client yet "
-        "(use openai-compatible or anthropic)"
+        f"provider {name!r}: type {provider.type!r} has no client "
+        "(use openai-compatible, anthropic or gemini)"
     )

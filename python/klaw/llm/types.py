@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import base64
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 __all__ = [
     "DeltaCallback",
     "FinishReason",
+    "ImagePart",
     "LlmClient",
     "LlmRequest",
     "LlmResponse",
@@ -17,6 +20,8 @@ __all__ = [
     "ToolCall",
     "ToolSchema",
     "Usage",
+    "image_note",
+    "images_for_model",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -40,10 +45,31 @@ class ToolCall:
     arguments: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     raw_arguments: str | None = None
+    # Opaque state the provider wants back with this call in the next request of the
+    # turn (Gemini's `thoughtSignature`); never logged, never shown.
+    signature: str | None = None
 
     @property
     def malformed(self) -> bool:
         return self.error is not None
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image sent with a user message to a model with `vision: true`.
+
+    `data` is what goes on the wire (already within the size limits of
+    `klaw.engine.images`), `mime` its type (image/jpeg, image/png or image/webp), `ref`
+    the file's workspace path: what the log keeps and what a model without vision is
+    told instead (`image_note`).
+    """
+
+    ref: str
+    mime: str
+    data: bytes = field(repr=False)
+
+    def base64(self) -> str:
+        return base64.b64encode(self.data).decode("ascii")
 
 
 @dataclass
@@ -57,6 +83,7 @@ class Message:
     is_error: bool = False  # tool only: the result reports a failure
     # Assistant only: DeepSeek's reasoner wants it back within a tool-call round.
     reasoning_content: str | None = None
+    images: list[ImagePart] = field(default_factory=list)  # user only; sent before the text
 
     @classmethod
     def system(cls, content: str) -> Message:
@@ -117,8 +144,33 @@ class LlmResponse:
         )
 
 
+def image_note(image: ImagePart) -> str:
+    """What a model without vision reads in place of an image."""
+    return f"[image {image.ref} not shown: this model does not take images]"
+
+
+def images_for_model(messages: Sequence[Message], *, vision: bool) -> list[Message]:
+    """`messages` as one model gets them: a model without vision reads `image_note` in
+    place of every image; a model with vision gets the images whose bytes were loaded,
+    and a note for any placeholder that was not (`klaw.engine.images`)."""
+    out: list[Message] = []
+    for m in messages:
+        dropped = [i for i in m.images if not vision or not i.data]
+        if dropped:
+            notes = [
+                image_note(i) if not vision else f"[image {i.ref} not shown: it was not loaded]"
+                for i in dropped
+            ]
+            text = "\n".join(x for x in (m.content, *notes) if x)
+            m = dataclasses.replace(
+                m, content=text, images=[i for i in m.images if i not in dropped]
+            )
+        out.append(m)
+    return out
+
+
 class LlmClient(Protocol):
-    """A wire protocol (OpenAI-compatible, Anthropic) bound to one provider's endpoint."""
+    """A wire protocol (OpenAI-compatible, Anthropic, Gemini) bound to one provider's endpoint."""
 
     provider: str
 

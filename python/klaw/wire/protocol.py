@@ -68,6 +68,7 @@ __all__ = [
     "Command",
     "CommandInfo",
     "Delivered",
+    "Draft",
     "Error",
     "ErrorCode",
     "GatewayInfo",
@@ -209,6 +210,9 @@ class Register(_Model):
     type: Literal["register"] = "register"
     client: str = "gateway"
     channels: list[str] = Field(default_factory=list)
+    # Channels that show a reply while it is being written (`streaming: true`): the
+    # engine streams from the model and sends `draft` messages for their chats.
+    streaming: list[str] = Field(default_factory=list)
 
 
 class CommandInfo(_Model):
@@ -286,6 +290,19 @@ class Outbound(_Model):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
+class Draft(_Model):
+    """The reply to inbound `reply_to` as written so far (`content` is the whole text,
+    not a delta). Ephemeral: never logged, buffered or confirmed; the `outbound` that
+    follows is the reply. A draft whose text shrinks or changes means the model started
+    over (a fallback after a failure mid-stream): show it in place of the old one."""
+
+    type: Literal["draft"] = "draft"
+    channel: str = Field(min_length=1)
+    chat_id: str = Field(min_length=1)
+    reply_to: str = Field(min_length=1)
+    content: str = ""
+
+
 class Delivered(_Model):
     """The gateway's confirmation that outbound `ref` reached the user's channel."""
 
@@ -314,6 +331,7 @@ class GatewayInfo(_Model):
     client: str
     channels: list[str]
     connected_at: AwareDatetime
+    streaming: list[str] = Field(default_factory=list)
 
 
 class StatusResult(_Model):
@@ -439,6 +457,7 @@ Message: TypeAlias = Annotated[
     | Inbound
     | Command
     | Outbound
+    | Draft
     | Delivered
     | Error
     | Shutdown
@@ -463,6 +482,7 @@ _TYPES: Final = frozenset(
         "inbound",
         "command",
         "outbound",
+        "draft",
         "delivered",
         "error",
         "shutdown",

@@ -1,5 +1,6 @@
 //! Klaw's Rust core: chunking, token counting, embeddings, the klaw.db store,
-//! hybrid search and reindex. No pyo3 here; `klaw-py` is the binding shell.
+//! hybrid search, reindex and photos for vision models. No pyo3 here; `klaw-py` is
+//! the binding shell.
 
 pub mod analyze;
 pub mod backup;
@@ -18,5 +19,6 @@ pub mod timeutil;
 pub mod tokens;
 pub mod unigram;
 pub mod vindex;
+pub mod vision;
 
 pub use error::{CoreError, Result};

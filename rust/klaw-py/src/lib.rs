@@ -13,6 +13,7 @@ mod record;
 mod reindex;
 mod store;
 mod tokens;
+mod vision;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -25,6 +26,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     record::register(m)?;
     reindex::register(m)?;
     backup::register(m)?;
+    vision::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
