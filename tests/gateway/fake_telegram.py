@@ -676,23 +676,9 @@ class FakeTelegram:
 
     async def _m_sendmessage(self, params: dict[str, Any]) -> dict[str, Any]:
         chat = self._target(params)
-        text = str(params.get("text", ""))
-        parse_mode = params.get("parse_mode")
-        entities: list[Entity] = []
-        if parse_mode is None:
-            visible = text
-        elif str(parse_mode).lower() == "html":
-            try:
-                visible, entities = parse_html(text)
-            except HtmlError as exc:
-                raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
-        else:
-            raise _ApiError(400, f"Bad Request: unsupported parse_mode {parse_mode!r} (fake)")
-        visible = visible.strip()
+        text, visible, parse_mode, entities = self._visible(params)
         if not visible:
             raise _ApiError(400, "Bad Request: message text is empty")
-        if utf16_len(visible) > MAX_TEXT:
-            raise _ApiError(400, "Bad Request: message is too long")
         reply_to: int | None = None
         if "reply_parameters" in params:
             reply = params["reply_parameters"]

@@ -78,11 +78,20 @@ async def engine_running(paths: KlawPaths, **kwargs: Any) -> AsyncIterator[None]
 
 @contextlib.asynccontextmanager
 async def gateway_running(
-    paths: KlawPaths, fake: FakeTelegram, cfg: GatewayConfig | None = None
+    paths: KlawPaths,
+    fake: FakeTelegram,
+    cfg: GatewayConfig | None = None,
+    *,
+    streams_file: Path | None = None,
 ) -> AsyncIterator[Gateway]:
     cfg = cfg or gateway_config(fake)
     channel = TelegramChannel(
-        cfg.channels.telegram, paths.inbox, backoff=0.01, max_backoff=0.05, poll_timeout=5
+        cfg.channels.telegram,
+        paths.inbox,
+        backoff=0.01,
+        max_backoff=0.05,
+        poll_timeout=5,
+        streams_file=streams_file,
     )
     stop = asyncio.Event()
     got: list[Gateway] = []

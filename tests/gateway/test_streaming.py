@@ -7,8 +7,6 @@ nothing and doubles nothing."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +14,15 @@ import pytest
 from fake_telegram import TOKEN, FakeTelegram
 from test_gateway_e2e import (
     CHAT,
-    FAST,
     OWNER,
     T,
     _until,
     engine_running,
+    gateway_running,
     log_lines,
 )
 
 from klaw.config import EngineConfig, GatewayConfig
-from klaw.gateway.core import Gateway
-from klaw.gateway.daemon import run as run_gateway
-from klaw.gateway.telegram import TelegramChannel
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
 from scripted_llm import FakeLLM, engine_config
@@ -64,31 +59,15 @@ def streaming_config(fake: FakeTelegram, streaming: bool = True) -> GatewayConfi
     )
 
 
-@contextlib.asynccontextmanager
-async def gateway(
-    paths: KlawPaths, fake: FakeTelegram, streaming: bool = True
-) -> AsyncIterator[Gateway]:
-    cfg = streaming_config(fake, streaming)
-    channel = TelegramChannel(
-        cfg.channels.telegram,
-        paths.inbox,
-        backoff=0.01,
-        max_backoff=0.05,
-        poll_timeout=5,
+def gateway(paths: KlawPaths, fake: FakeTelegram, streaming: bool = True) -> Any:
+    """The e2e tests' gateway with `streaming` set and its previews file where the daemon
+    keeps it (so a restarted gateway finds the message it was editing)."""
+    return gateway_running(
+        paths,
+        fake,
+        streaming_config(fake, streaming),
         streams_file=paths.state_dir / "telegram-previews.json",
     )
-    stop = asyncio.Event()
-    got: list[Gateway] = []
-    task = asyncio.create_task(
-        run_gateway(paths, cfg, channels=[channel], stop=stop, timings=FAST, started=got.append)
-    )
-    await asyncio.wait_for(_until(lambda: bool(got) or task.done()), T)
-    assert got, f"gateway did not start: {task.result()}"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, T) == 0
 
 
 def group_message(fake: FakeTelegram, text: str) -> None:
