@@ -144,6 +144,8 @@ class DiscordConfig(_Section):
     # DM and guild channel ids; the same two-way whitelist as Telegram's (design §9.2).
     allowed_chat_ids: ChatIds = Field(default_factory=list)
     allow_all: bool = False
+    # Show replies while they are written (one message, edited as the reply grows).
+    streaming: bool = False
 
 
 class ConsoleConfig(_Section):

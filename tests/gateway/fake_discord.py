@@ -31,6 +31,7 @@ Tests script it with `dm`, `channel`, `message`, `slash`, `fail`, `drop`, `drop_
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -160,6 +161,7 @@ class FakeDiscord:
         self.bucket = (50, 1.0)  # messages per channel per window (s)
         self.calls: list[Call] = []
         self.sent: list[Sent] = []
+        self.edits: list[Sent] = []  # PATCHed bot messages (streamed previews)
         self.gateway_ops: list[dict[str, Any]] = []  # what clients sent on the websocket
         self.identifies = 0
         self.resumes = 0
@@ -194,6 +196,9 @@ class FakeDiscord:
         r.add_get(f"{api}/gateway/bot", self._rest(self._gateway_url))
         r.add_get(f"{api}/channels/{{channel}}/messages", self._rest(self._history))
         r.add_post(f"{api}/channels/{{channel}}/messages", self._rest(self._create_message))
+        r.add_patch(
+            f"{api}/channels/{{channel}}/messages/{{message}}", self._rest(self._edit_message)
+        )
         r.add_post(f"{api}/channels/{{channel}}/typing", self._rest(self._typing))
         r.add_get(f"{api}/applications/{{app}}/commands", self._rest(self._get_commands))
         r.add_put(f"{api}/applications/{{app}}/commands", self._rest(self._put_commands))
@@ -802,6 +807,29 @@ class FakeDiscord:
         remaining = max(limit - ch.bucket_used, 0)
         reset_after = max(window - (now - ch.bucket_start), 0.001)
         return _json(msg, headers=_bucket_headers(limit, remaining, reset_after))
+
+    async def _edit_message(
+        self, request: web.Request, body: dict[str, Any], _: Any
+    ) -> web.StreamResponse:
+        """PATCH a message of the bot's: its content changes in place (`edits` records it)."""
+        ch = self._target(request)
+        mid = int(request.match_info["message"])
+        msg = next((m for m in ch.messages if int(m["id"]) == mid), None)
+        if msg is None:
+            raise _ApiError(404, 10008, "Unknown Message")
+        if int(msg["author"]["id"]) != BOT_ID:
+            raise _ApiError(403, 50005, "Cannot edit a message authored by another user")
+        content = str(body.get("content") or "")
+        if utf16_len(content) > MAX_CONTENT:
+            raise _ApiError(400, 50035, "Invalid Form Body: content: Must be 2000 or fewer")
+        msg["content"] = content
+        msg["edited_timestamp"] = snowflake_time(self.snowflake()).isoformat()
+        for i, sent in enumerate(self.sent):
+            if sent.message_id == mid:
+                self.sent[i] = dataclasses.replace(sent, content=content, at=time.monotonic())
+                self.edits.append(self.sent[i])
+        self._bump()
+        return _json(msg)
 
     async def _typing(self, request: web.Request, *_: Any) -> web.StreamResponse:
         ch = self._target(request)

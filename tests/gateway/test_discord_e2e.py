@@ -76,6 +76,7 @@ async def gateway_running(
         backoff=0.01,
         max_backoff=0.05,
         save_every=0.01,
+        previews_file=paths.state_dir / "discord-previews.json",
     )
     stop = asyncio.Event()
     got: list[Gateway] = []
@@ -438,3 +439,39 @@ def test_a_bad_key_is_named(tmp_path: Path) -> None:
     (problem,) = info.value.problems
     assert problem.startswith(f"{path}:4: channels.discord.allowedChatId:")
     assert "allowedChatIds" in problem  # the close match is suggested
+
+
+async def test_a_streamed_reply_is_one_message_edited_and_survives_a_gateway_restart(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_discord: FakeDiscord,
+) -> None:
+    """`streaming: true`: the reply appears as one message quoting the question, edited
+    as it grows; a gateway stopped mid-stream edits that same message after its restart
+    instead of sending the reply again."""
+    fake = fake_discord
+    dm = fake.dm()
+    chunks = ["Tomatoes want ", "water every ", "evening, cucumbers ", "every other day."]
+    whole = "".join(chunks)
+    half = asyncio.Event()
+    llm.answer_stream(chunks, gate=half, gate_after=2)
+    cfg = discord_config(fake, [dm], streaming=True)
+    async with engine_running(klaw_home, memory_factory=open_memory, config=config):
+        async with gateway_running(klaw_home, fake, cfg) as gw:
+            await asyncio.wait_for(gw.connected.wait(), T)
+            question = fake.message(dm, "How often do I water the garden?")
+            (preview,) = await fake.wait_sent(dm, 1, T)
+            await fake.wait_for(
+                lambda: fake.sent_to(dm)[0].content.strip() == "Tomatoes want water every"
+            )
+        assert preview.reference == int(question["id"])
+        half.set()
+        async with gateway_running(klaw_home, fake, cfg) as gw2:
+            await asyncio.wait_for(_until(lambda: len(gw2.buffer) == 0), T)
+    (final,) = fake.sent_to(dm)
+    assert final.message_id == preview.message_id and final.content == whole
+    assert fake.edits and llm.requests[0]["stream"] is True
+    lines = log_lines(klaw_home, f"discord_{dm}")
+    assert [r["content"] for r in lines] == ["How often do I water the garden?", whole]

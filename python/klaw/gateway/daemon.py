@@ -66,7 +66,14 @@ def build_channels(paths: KlawPaths, config: GatewayConfig) -> list[Channel]:
         from klaw.gateway.discord import DiscordChannel, DiscordError
 
         try:
-            channels.append(DiscordChannel(dc, paths.inbox, paths.state_dir / DISCORD_CURSOR))
+            channels.append(
+                DiscordChannel(
+                    dc,
+                    paths.inbox,
+                    paths.state_dir / DISCORD_CURSOR,
+                    previews_file=paths.state_dir / "discord-previews.json",
+                )
+            )
         except DiscordError as exc:
             log.error("Discord is off: %s", exc)
     elif dc.enabled:

@@ -58,6 +58,7 @@ from klaw.config import DiscordConfig
 from klaw.errors import KlawError
 from klaw.fsutil import atomic_write, replace_durably
 from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
+from klaw.gateway.previews import DraftsRefused, PreviewStreams
 from klaw.gateway.telegram import FILE_TOO_LARGE, STORAGE_NOTICE, safe_filename
 from klaw.gateway.tgformat import split_message
 from klaw.retry import Backoff, retry
@@ -178,6 +179,48 @@ class _Client(discord.Client):
             log.exception("discord: handling the %s event failed", event)
 
 
+class _DiscordPreviews:
+    """Discord's side of streamed replies: no drafts, one message edited (discord.py
+    waits out the 429s it is given; Discord allows 5 edits per 5 s in a channel)."""
+
+    name = "discord"
+    limit = MESSAGE_LIMIT
+    interval_s = 1.0
+
+    def __init__(self, channel: DiscordChannel) -> None:
+        self._channel = channel
+
+    def drafts(self, chat: int) -> bool:
+        return False
+
+    def interval(self, chat: int, edits: bool) -> float:
+        return self.interval_s
+
+    async def draft(self, chat: int, key: str, text: str) -> None:
+        raise DraftsRefused("Discord has no drafts")
+
+    async def post(self, chat: int, key: str, text: str) -> int:
+        target = self._channel._client.get_partial_messageable(chat)
+        reference = None
+        message_id = _reply_id(f"discord_{chat}", key)
+        if message_id is not None:
+            reference = discord.MessageReference(
+                message_id=message_id, channel_id=chat, fail_if_not_exists=False
+            )
+        options: dict[str, Any] = {"content": text, "allowed_mentions": _NO_MENTIONS}
+        if reference is not None:
+            options["reference"] = reference
+            options["mention_author"] = False
+        sent = await target.send(**options)
+        return int(sent.id)
+
+    async def edit(self, chat: int, message_id: int, text: str) -> None:
+        message = self._channel._client.get_partial_messageable(chat).get_partial_message(
+            message_id
+        )
+        await message.edit(content=text, allowed_mentions=_NO_MENTIONS)
+
+
 class DiscordChannel:
     """`Channel` over a Discord bot (gateway websocket + REST).
 
@@ -204,6 +247,7 @@ class DiscordChannel:
         catch_up: int = 200,
         save_every: float = 1.0,
         admit: Callable[[str], bool] | None = None,
+        previews_file: Path | None = None,
     ) -> None:
         token = config.token.strip()
         if not token:
@@ -224,6 +268,9 @@ class DiscordChannel:
         self.admit = admit
         self._cursors = _Cursors(cursor_path)
         self._cursors.load()
+        #: Show replies while they are written (edits of one message; gateway.yaml).
+        self.streaming = config.streaming
+        self._previews = PreviewStreams(_DiscordPreviews(self), previews_file)
         # Voice is not used: don't let discord.py warn about its missing voice libraries.
         discord.VoiceClient.warn_nacl = False
         if hasattr(discord.VoiceClient, "warn_dave"):
@@ -732,6 +779,14 @@ class DiscordChannel:
             log.debug("discord: nothing to send to %s (empty text)", chat_id)
             return
         await self._wait_login()
+        key = reply_to
+        preview = await self._previews.finish(key)
+        if preview is not None and parts and await self._edit_preview(channel, preview, parts[0]):
+            parts = parts[1:]
+            reply_to = None  # the preview quotes the message already
+            if not parts and not files:
+                self._previews.done(key)
+                return
         pending = self._interactions.pop(reply_to, None) if reply_to else None
         deferred = pending is not None and await pending.acked
         reference = None
@@ -769,7 +824,28 @@ class DiscordChannel:
             except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
                 done = f" ({index} of {count} parts delivered)" if index else ""
                 raise self._send_error(exc, f"sending to {chat_id}{done}") from exc
+        self._previews.done(key)
         log.debug("discord: sent %d part(s) to %s", count, chat_id)
+
+    async def draft(self, chat_id: str, reply_to: str, text: str) -> None:
+        """Shows the reply to `reply_to` as written so far (`klaw.gateway.previews`); not
+        for slash commands, whose "thinking…" is their preview."""
+        if reply_to in self._interactions or not self._logged_in.is_set():
+            return
+        self._previews.update(self._platform_chat(chat_id), reply_to, text)
+
+    async def _edit_preview(self, channel: int, message_id: int, part: str) -> bool:
+        """The reply's first part into its preview message; False: send it instead."""
+        message = self._client.get_partial_messageable(channel).get_partial_message(message_id)
+        try:
+            await self._until_sent(
+                "finishing a preview",
+                lambda: message.edit(content=part, allowed_mentions=_NO_MENTIONS),
+            )
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            log.warning("discord: could not edit the preview (%s); sending", self._describe(exc))
+            return False
+        return True
 
     async def _edit(self, pending: _Interaction, part: str) -> bool:
         """Replaces a slash command's "thinking…" with the first part; False if Discord
@@ -821,6 +897,7 @@ class DiscordChannel:
         if self._closed:
             return
         self._closed = True
+        await self._previews.close()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

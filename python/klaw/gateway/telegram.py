@@ -49,7 +49,7 @@ from klaw.gateway.botapi import (
 )
 from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
 from klaw.gateway.tgformat import split_message, to_html, visible_text
-from klaw.gateway.tgstream import TelegramStreams
+from klaw.gateway.tgstream import telegram_previews
 from klaw.retry import Backoff, retry
 from klaw.wire.protocol import Attachment, Quote
 
@@ -170,7 +170,7 @@ class TelegramChannel:
         self._inbox = inbox
         #: Show replies while they are written (drafts, else edits; gateway.yaml `streaming`).
         self.streaming = config.streaming
-        self._streams = TelegramStreams(self._api.call, streams_file)
+        self._streams = telegram_previews(self._api.call, streams_file)
         self._max_file_size = max_file_size
         self._poll_timeout = poll_timeout
         self._attempts = max(1, attempts)
