@@ -176,8 +176,26 @@ class GatewayServiceConfig(_Section):
     memory_max: MemoryMax = "200M"
 
 
+class TranscriptionConfig(_Section):
+    """Voice notes to text through an OpenAI-compatible `/audio/transcriptions` (the
+    gateway transcribes as it takes a message in, like it downloads a photo)."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.endpoint)
+
+    endpoint: str = ""  # e.g. https://api.openai.com/v1; empty: voice notes stay files
+    api_key: Annotated[str | None, BeforeValidator(_empty_to_none)] = None
+    model: str = "whisper-1"
+    language: str | None = None  # ISO-639-1 hint ("ru"); None: detected
+    max_seconds: PositiveInt = 600
+    max_mb: PositiveInt = 25  # OpenAI's limit for one file
+    timeout_s: PositiveInt = 120
+
+
 class GatewayConfig(_Section):
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
     service: GatewayServiceConfig = Field(default_factory=GatewayServiceConfig)
 
 
@@ -924,7 +942,12 @@ def _engine_optional(cfg: EngineConfig, loc: Loc) -> bool:
 def _gateway_optional(cfg: GatewayConfig, loc: Loc) -> bool:
     # A channel runs only once its token variable is set (a fresh install chats on the
     # console); an enabled channel without one is off, and `klaw doctor` says so.
-    return loc in (("channels", "telegram", "token"), ("channels", "discord", "token"))
+    # A transcription key may be unset (a local server needs none).
+    return loc in (
+        ("channels", "telegram", "token"),
+        ("channels", "discord", "token"),
+        ("transcription", "apiKey"),
+    )
 
 
 def _with_workspace(env: Mapping[str, str], data: Any) -> dict[str, str]:

@@ -308,6 +308,8 @@ class FakeDiscord:
                     "url": f"{self.url}/cdn/{path}?ex=1&is=2&hm=3",
                     "proxy_url": f"{self.url}/cdn/{path}",
                     "content_type": ctype,
+                    # A voice message's attachment carries its length and waveform.
+                    **({"duration_secs": 3.5, "waveform": "AAAA"} if flags & VOICE_FLAG else {}),
                 }
             )
         msg: dict[str, Any] = {

@@ -225,10 +225,6 @@ async def test_attachments_are_saved_in_the_inbox(
             },
             FILE_TOO_LARGE,
         ),
-        (
-            {"attachments": [("voice-message.ogg", b"ogg", "audio/ogg")], "flags": VOICE_FLAG},
-            "voice",
-        ),
         ({"stickers": True}, "sticker"),
         ({"poll": True}, "poll"),
     ],
@@ -245,6 +241,18 @@ async def test_what_cannot_be_passed_on_is_named(
     got = await listening.next()
     assert got.unsupported == kind and not got.attachments
     assert not (tmp_path / "inbox").exists()
+
+
+async def test_a_voice_message_is_saved_with_its_length(
+    fake_discord: FakeDiscord, world: World, listening: Listening
+) -> None:
+    fake_discord.message(
+        world.dm, attachments=[("voice-message.ogg", b"OggS", "audio/ogg")], flags=VOICE_FLAG
+    )
+    got = await listening.next()
+    (att,) = got.attachments
+    assert got.unsupported is None and att.mime == "audio/ogg" and att.duration == 3.5
+    assert Path(att.path).read_bytes() == b"OggS"
 
 
 async def test_a_strangers_attachments_are_not_downloaded(

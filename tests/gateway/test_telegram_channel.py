@@ -299,9 +299,7 @@ async def test_files_telegram_refuses_to_serve_are_unsupported(
     assert got.unsupported == FILE_TOO_LARGE
 
 
-@pytest.mark.parametrize(
-    "kind", ["voice", "audio", "video", "video_note", "sticker", "location", "contact", "dice"]
-)
+@pytest.mark.parametrize("kind", ["video", "video_note", "sticker", "location", "contact", "dice"])
 async def test_unsupported_kinds(
     fake_telegram: FakeTelegram, listening: Listening, kind: str
 ) -> None:
@@ -310,6 +308,19 @@ async def test_unsupported_kinds(
     assert got.unsupported == kind
     assert got.kind == "inbound"
     assert got.attachments == ()
+
+
+@pytest.mark.parametrize("kind", ["voice", "audio"])
+async def test_voice_and_audio_are_saved_with_their_duration(
+    fake_telegram: FakeTelegram, listening: Listening, tmp_path: Path, kind: str
+) -> None:
+    fake_telegram.media(CHAT, kind)
+    got = await listening.next()
+    assert got.unsupported is None and got.kind == "inbound"
+    (att,) = got.attachments
+    assert att.duration == 3.0 and Path(att.path).read_bytes() == b"media"
+    if kind == "voice":
+        assert att.mime == "audio/ogg" and att.path.endswith("voice.ogg")
 
 
 async def test_service_messages_are_skipped(

@@ -237,6 +237,14 @@ def _check_configs(doc: _Doctor, paths: KlawPaths) -> EngineConfig:
                     "export DISCORD_BOT_TOKEN=... (Developer Portal → Bot → Reset Token); "
                     "see docs/discord.md",
                 )
+            tr = cfg.transcription
+            if tr.active:
+                doc.ok(f"voice notes: transcribed by {tr.model} at {tr.endpoint}")
+            else:  # optional: said, not warned about
+                doc.ok(
+                    "voice notes: no transcription provider (transcription.endpoint in "
+                    "gateway.yaml; docs/providers.md), they reach the agent as files"
+                )
         if path.exists():
             doc.ok(f"{path.name}: {path}")
         else:

@@ -31,6 +31,7 @@ from klaw.gateway.access import Access, Approvals, Pairings
 from klaw.gateway.buffer import Buffer
 from klaw.gateway.channel import Channel, ChannelSendError, Incoming, Streaming
 from klaw.gateway.logbook import LogBook
+from klaw.gateway.voice import Transcriber
 from klaw.retry import Backoff
 from klaw.wire.loglines import inbound_line, outbound_line
 from klaw.wire.protocol import (
@@ -99,6 +100,7 @@ class Gateway:
         self.buffer = Buffer(paths.gateway_buffer)
         self.logbook = LogBook(paths.conversations)
         self.access = Access(config, Approvals(paths.approved_chats), Pairings(paths.pairing))
+        self.transcriber = Transcriber(config.transcription, paths.workspace, self._notice)
         self.connected = asyncio.Event()
         self.engine_pid: int | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -158,6 +160,7 @@ class Gateway:
             for ch in self.channels.values():
                 with contextlib.suppress(Exception):
                     await ch.close()
+            await self.transcriber.close()
         return ok
 
     async def _listen(self, channel: Channel) -> None:
@@ -195,6 +198,10 @@ class Gateway:
                 "message %s of %s was handled before: not forwarded again", msg.id, msg.chat_id
             )
             return
+        if isinstance(msg, Inbound) and msg.id not in self.buffer:
+            # Voice notes: the words become the text, the recording stays attached.
+            msg = await self.transcriber.transcribed(msg)
+            line = inbound_line(msg)
         await asyncio.to_thread(self._keep, msg, line)
         self._start_typing(msg.channel, msg.chat_id)
         async with self._write_lock:
@@ -282,6 +289,11 @@ class Gateway:
             inc.sender_name or inc.sender or "?",
         )
         await self._say(channel, inc.chat_id, PAIRING_TEXT.format(code=code))
+
+    async def _notice(self, chat_id: str, text: str) -> None:
+        channel = self.channels.get(chat_id.partition("_")[0])
+        if channel is not None:
+            await self._say(channel, chat_id, text)
 
     async def _say(self, channel: Channel, chat_id: str, text: str) -> None:
         """A gateway notice (pairing, unsupported kind): sent, not logged, never fatal.

@@ -601,9 +601,7 @@ class DiscordChannel:
         text = _clean(_text(message, me.id))
         unsupported: str | None = None
         attachments: list[Attachment] = []
-        if message.flags.voice:
-            unsupported = "voice"
-        elif message.poll is not None:
+        if message.poll is not None:
             unsupported = "poll"
         elif message.attachments:
             if any(a.size > self._max_file_size for a in message.attachments):
@@ -674,8 +672,13 @@ class DiscordChannel:
             raise
         await asyncio.to_thread(replace_durably, partial, target)
         log.debug("discord: saved %d bytes for %s", size, ident)
+        duration = getattr(att, "duration", None)  # a voice message's length (seconds)
         return Attachment(
-            path=str(target), mime=att.content_type, name=_name(att.filename), size=size
+            path=str(target),
+            mime=att.content_type,
+            name=_name(att.filename),
+            size=size,
+            duration=float(duration) if isinstance(duration, int | float) else None,
         )
 
     # ------------------------------------------------------------------ slash commands

@@ -94,7 +94,7 @@ _CONTENT: Final = (
     "dice",
     "story",
 )
-_FILES: Final = frozenset({"photo", "document"})
+_FILES: Final = frozenset({"photo", "document", "voice", "audio"})
 # Of the sizes Telegram offers for a photo (90, 320, 800, 1280, 2560 px), the largest
 # whose longest side a vision model takes whole (klaw.engine.images.MAX_IMAGE_SIDE): a
 # bigger copy would be downloaded only to be shrunk again.
@@ -480,14 +480,20 @@ class TelegramChannel:
             best = max(within, key=area) if within else min(fitting, key=area)
             photo_id = _str(best, "file_id") or ""
             return await self._download(photo_id, ident, "photo.jpg", None, "image/jpeg")
-        doc = _obj(msg, "document")
+        voice = _obj(msg, "voice")
+        doc = voice or _obj(msg, "audio") or _obj(msg, "document")
         doc_id = _str(doc, "file_id")
         if doc is None or doc_id is None:
             return None
         if (_int(doc, "file_size") or 0) > self._max_file_size:
             return None
-        name = _str(doc, "file_name")
-        return await self._download(doc_id, ident, name, name, _str(doc, "mime_type"))
+        mime = _str(doc, "mime_type") or ("audio/ogg" if voice is not None else None)
+        name = _str(doc, "file_name") or ("voice.ogg" if voice is not None else None)
+        saved = await self._download(doc_id, ident, name, name, mime)
+        duration = _int(doc, "duration")
+        if saved is not None and duration is not None and (voice is not None or "audio" in msg):
+            saved = saved.model_copy(update={"duration": float(duration)})
+        return saved
 
     async def _download(
         self, file_id: str, ident: str, name: str | None, original: str | None, mime: str | None

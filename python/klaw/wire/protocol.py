@@ -188,6 +188,7 @@ class Attachment(_Model):
     mime: str | None = None
     name: str | None = None
     size: int | None = Field(default=None, ge=0)
+    duration: float | None = Field(default=None, ge=0)  # seconds, of a voice note or audio
 
 
 class Quote(_Model):
