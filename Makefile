@@ -154,8 +154,10 @@ wheel-x86_64 wheel-aarch64: wheel-%: wheel-tools
 	rm -f $(DIST)/klaw-$(KLAW_VERSION)-*_$*.whl
 	RUSTC=$(WHEEL_RUSTC) CARGO_TARGET_DIR=$(WHEEL_CARGO_TARGET) maturin build --release \
 	  --target $*-unknown-linux-gnu --zig --compatibility manylinux2014 -o $(DIST)
-	auditwheel show $(DIST)/klaw-$(KLAW_VERSION)-*_$*.whl | tee /dev/stderr | \
-	  tr -d '\n' | grep -q 'consistent with the following platform tag: *"manylinux_2_17_$*"'
+	@# Not `tee /dev/stderr`: reopening a stderr that is a file truncates a CI log.
+	@report=$$(auditwheel show $(DIST)/klaw-$(KLAW_VERSION)-*_$*.whl) && echo "$$report" && \
+	  echo "$$report" | tr -d '\n' | \
+	  grep -q 'consistent with the following platform tag: *"manylinux_2_17_$*"'
 
 sdist: | $(VENV)/.deps
 	rm -f $(DIST)/klaw-$(KLAW_VERSION).tar.gz
