@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -35,6 +36,43 @@ def make_client(
         timeout=httpx.Timeout(timeout_s),
         transport=transport,
     )
+
+
+class HttpClient:
+    """What every provider client shares: one httpx client for its endpoint, the key
+    kept out of errors, transport failures as ProviderErrors, and a timeout on the
+    whole request (httpx times each read, not the whole)."""
+
+    def __init__(
+        self,
+        provider: str,
+        endpoint: str,
+        headers: dict[str, str],
+        api_key: str | None,
+        timeout_s: float,
+        transport: httpx.AsyncBaseTransport | None,
+    ) -> None:
+        self.provider = provider
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._http = make_client(endpoint, headers, timeout_s, transport)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _guard(self, model: str) -> AbstractAsyncContextManager[None]:
+        return translate_transport(
+            provider=self.provider, model=model, timeout_s=self._timeout_s, secret=self._api_key
+        )
+
+    async def _post(self, path: str, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
+        """POST `body` as JSON; the response and its whole body (call inside `_guard`)."""
+        async with asyncio.timeout(self._timeout_s):
+            response = await self._http.post(path, json=body)
+            return response, await response.aread()
+
+    def _error(self, response: httpx.Response, raw: bytes, model: str) -> ProviderError:
+        return http_error(response, raw, provider=self.provider, model=model, secret=self._api_key)
 
 
 def redact(text: str, secret: str | None) -> str:

@@ -8,12 +8,11 @@ alternate), and `max_tokens` is required.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
 
-from klaw.llm._http import http_error, make_client, parse_json, translate_transport
+from klaw.llm._http import HttpClient, parse_json
 from klaw.llm.errors import MalformedResponse
 from klaw.llm.types import (
     DeltaCallback,
@@ -40,7 +39,7 @@ _STOP: dict[str, FinishReason] = {
 }
 
 
-class AnthropicClient:
+class AnthropicClient(HttpClient):
     def __init__(
         self,
         provider: str,
@@ -50,33 +49,18 @@ class AnthropicClient:
         timeout_s: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.provider = provider
-        self._api_key = api_key
-        self._timeout_s = timeout_s
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        self._http = make_client(endpoint, headers, timeout_s, transport)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
+        super().__init__(provider, endpoint, headers, api_key, timeout_s, transport)
 
     async def complete(
         self, request: LlmRequest, on_delta: DeltaCallback | None = None
     ) -> LlmResponse:
-        guard = translate_transport(
-            provider=self.provider,
-            model=request.model,
-            timeout_s=self._timeout_s,
-            secret=self._api_key,
-        )
-        async with guard, asyncio.timeout(self._timeout_s):
-            response = await self._http.post("messages", json=build_payload(request))
-            raw = await response.aread()
+        async with self._guard(request.model):
+            response, raw = await self._post("messages", build_payload(request))
         if response.status_code >= 400:
-            raise http_error(
-                response, raw, provider=self.provider, model=request.model, secret=self._api_key
-            )
+            raise self._error(response, raw, request.model)
         data = parse_json(raw, provider=self.provider, model=request.model)
         result = self._parse(data, request.model)
         if request.stream and on_delta is not None and result.content:

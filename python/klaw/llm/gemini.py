@@ -25,7 +25,6 @@ Why the native API and not Google's OpenAI-compatible endpoint: docs/decisions.m
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from typing import Any
@@ -34,12 +33,11 @@ from urllib.parse import quote
 import httpx
 
 from klaw.llm._http import (
+    HttpClient,
     http_error,
-    make_client,
     parse_json,
     redact,
     sse_events,
-    translate_transport,
 )
 from klaw.llm.errors import ContentBlocked, MalformedResponse, ProviderError
 from klaw.llm.types import (
@@ -120,7 +118,7 @@ _SCHEMA_KEYS = frozenset(
 )
 
 
-class GeminiClient:
+class GeminiClient(HttpClient):
     """One Gemini endpoint (`https://generativelanguage.googleapis.com/v1beta`)."""
 
     def __init__(
@@ -132,31 +130,17 @@ class GeminiClient:
         timeout_s: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.provider = provider
-        self._api_key = api_key
-        self._timeout_s = timeout_s
         headers = {API_KEY_HEADER: api_key} if api_key else {}
-        self._http = make_client(endpoint, headers, timeout_s, transport)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
+        super().__init__(provider, endpoint, headers, api_key, timeout_s, transport)
 
     async def complete(
         self, request: LlmRequest, on_delta: DeltaCallback | None = None
     ) -> LlmResponse:
         body = build_payload(request)
-        guard = translate_transport(
-            provider=self.provider,
-            model=request.model,
-            timeout_s=self._timeout_s,
-            secret=self._api_key,
-        )
-        async with guard:
+        async with self._guard(request.model):
             if request.stream:
                 return await self._stream(request, body, on_delta)
-            async with asyncio.timeout(self._timeout_s):  # httpx times each read, not the whole
-                response = await self._http.post(_path(request.model, "generateContent"), json=body)
-                raw = await response.aread()
+            response, raw = await self._post(_path(request.model, "generateContent"), body)
         if response.status_code >= 400:
             raise self._error(response, raw, request.model)
         data = parse_json(raw, provider=self.provider, model=request.model)

@@ -8,7 +8,6 @@ called, GLM's "sensitive" finish reason, content given as a list of parts.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -17,12 +16,10 @@ from typing import Any
 import httpx
 
 from klaw.llm._http import (
-    http_error,
-    make_client,
+    HttpClient,
     parse_json,
     redact,
     sse_events,
-    translate_transport,
 )
 from klaw.llm.errors import MalformedResponse, ProviderError
 from klaw.llm.types import (
@@ -50,7 +47,7 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-class OpenAICompatClient:
+class OpenAICompatClient(HttpClient):
     """POST {endpoint}/chat/completions, with SSE streaming when `request.stream` is set."""
 
     def __init__(
@@ -62,38 +59,21 @@ class OpenAICompatClient:
         timeout_s: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.provider = provider
-        self._api_key = api_key
-        self._timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = make_client(endpoint, headers, timeout_s, transport)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
+        super().__init__(provider, endpoint, headers, api_key, timeout_s, transport)
 
     async def complete(
         self, request: LlmRequest, on_delta: DeltaCallback | None = None
     ) -> LlmResponse:
         body = build_payload(request)
-        guard = translate_transport(
-            provider=self.provider,
-            model=request.model,
-            timeout_s=self._timeout_s,
-            secret=self._api_key,
-        )
-        async with guard:
+        async with self._guard(request.model):
             if request.stream:
                 return await self._stream(request, body, on_delta)
-            async with asyncio.timeout(self._timeout_s):  # httpx times each read, not the whole
-                response = await self._http.post("chat/completions", json=body)
-                raw = await response.aread()
+            response, raw = await self._post("chat/completions", body)
         if response.status_code >= 400:
             raise self._error(response, raw, request.model)
         data = parse_json(raw, provider=self.provider, model=request.model)
         return self._parse(data, request.model)
-
-    def _error(self, response: httpx.Response, raw: bytes, model: str) -> ProviderError:
-        return http_error(response, raw, provider=self.provider, model=model, secret=self._api_key)
 
     def _parse(self, data: dict[str, Any], model: str) -> LlmResponse:
         if "error" in data and not data.get("choices"):  # some providers answer errors with 200
