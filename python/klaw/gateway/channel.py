@@ -125,3 +125,14 @@ def platform_id(channel: str, chat_id: str) -> str:
     if not chat_id.startswith(prefix) or len(chat_id) == len(prefix):
         raise ValueError(f"chat id {chat_id!r} does not belong to channel {channel!r}")
     return chat_id[len(prefix) :]
+
+
+def message_in(chat_id: str, inbound_id: str | None) -> int | None:
+    """``telegram_123_45`` → 45 when `inbound_id` names a message of `chat_id` (the
+    message a reply quotes), else None."""
+    prefix = f"{chat_id}_"
+    if inbound_id and inbound_id.startswith(prefix):
+        tail = inbound_id[len(prefix) :]
+        if tail.isascii() and tail.isdigit():
+            return int(tail)
+    return None

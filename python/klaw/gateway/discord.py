@@ -57,7 +57,13 @@ import yarl
 from klaw.config import DiscordConfig
 from klaw.errors import KlawError
 from klaw.fsutil import atomic_write, replace_durably
-from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
+from klaw.gateway.channel import (
+    ChannelSendError,
+    Incoming,
+    OnMessage,
+    message_in,
+    platform_id,
+)
 from klaw.gateway.previews import DraftsRefused, PreviewStreams
 from klaw.gateway.telegram import FILE_TOO_LARGE, STORAGE_NOTICE, safe_filename
 from klaw.gateway.tgformat import split_message
@@ -202,7 +208,7 @@ class _DiscordPreviews:
     async def post(self, chat: int, key: str, text: str) -> int:
         target = self._channel._client.get_partial_messageable(chat)
         reference = None
-        message_id = _reply_id(f"discord_{chat}", key)
+        message_id = message_in(f"discord_{chat}", key)
         if message_id is not None:
             reference = discord.MessageReference(
                 message_id=message_id, channel_id=chat, fail_if_not_exists=False
@@ -793,7 +799,7 @@ class DiscordChannel:
         pending = self._interactions.pop(reply_to, None) if reply_to else None
         deferred = pending is not None and await pending.acked
         reference = None
-        message_id = _reply_id(chat_id, reply_to) if pending is None else None
+        message_id = message_in(chat_id, reply_to) if pending is None else None
         if message_id is not None:
             reference = discord.MessageReference(
                 message_id=message_id, channel_id=channel, fail_if_not_exists=False
@@ -1015,14 +1021,6 @@ def _quote(message: discord.Message) -> Quote | None:
             content=_clean(resolved.content),
         )
     return Quote(id=f"discord_{channel}_{ref.message_id}")
-
-
-def _reply_id(chat_id: str, reply_to: str | None) -> int | None:
-    """``discord_123_45`` → 45 when the id is a message of `chat_id`, else None."""
-    prefix = f"{chat_id}_"
-    if reply_to and reply_to.startswith(prefix) and reply_to[len(prefix) :].isdigit():
-        return int(reply_to[len(prefix) :])
-    return None
 
 
 def _clean(text: str) -> str:

@@ -47,7 +47,13 @@ from klaw.gateway.botapi import (
     BotApiUnauthorized,
     InvalidToken,
 )
-from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
+from klaw.gateway.channel import (
+    ChannelSendError,
+    Incoming,
+    OnMessage,
+    message_in,
+    platform_id,
+)
 from klaw.gateway.tgformat import split_message, to_html, visible_text
 from klaw.gateway.tgstream import telegram_previews
 from klaw.retry import Backoff, retry
@@ -109,7 +115,6 @@ STORAGE_NOTICE: Final = (
 )
 _GROUP_TYPES: Final = frozenset({"group", "supergroup"})
 _NAME_BYTES: Final = 120  # sanitized name; the "telegram_{chat}_{msg}_" prefix fits in 255
-_DIGITS = re.compile(r"[0-9]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: pairs are joined by json.loads
 
 
@@ -544,7 +549,7 @@ class TelegramChannel:
         if not parts:
             log.debug("telegram: nothing to send to %s (empty text)", chat_id)
             return
-        reply = _reply_id(chat_id, reply_to)
+        reply = message_in(chat_id, reply_to)
         start = 0
         if preview is not None and await self._edit_into(chat, preview, parts[0]):
             start = 1
@@ -771,14 +776,6 @@ def _quote(msg: Json) -> Quote | None:
         sender=str(sender) if sender is not None else None,
         content=quoted,
     )
-
-
-def _reply_id(chat_id: str, reply_to: str | None) -> int | None:
-    """``telegram_123_45`` → 45 when the id is a message of `chat_id`, else None."""
-    prefix = f"{chat_id}_"
-    if reply_to and reply_to.startswith(prefix) and _DIGITS.fullmatch(reply_to[len(prefix) :]):
-        return int(reply_to[len(prefix) :])
-    return None
 
 
 def _utf16_prefix(text: str, units: int) -> str:

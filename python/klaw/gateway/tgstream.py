@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from klaw.gateway.botapi import BotApiBadRequest, BotApiError, BotApiRetryAfter
+from klaw.gateway.channel import message_in
 from klaw.gateway.previews import DraftsRefused, PreviewRetry, PreviewStreams, Unchanged
 
 __all__ = ["DRAFT_INTERVAL_S", "EDIT_INTERVAL_S", "GROUP_EDIT_INTERVAL_S", "telegram_previews"]
@@ -54,7 +55,7 @@ class _TelegramPreviews:
 
     async def post(self, chat: int, key: str, text: str) -> int:
         params: dict[str, Any] = {"chat_id": chat, "text": text}
-        reply = _reply_to(chat, key)
+        reply = message_in(f"telegram_{chat}", key)
         if reply is not None:
             params["reply_parameters"] = {"message_id": reply, "allow_sending_without_reply": True}
         try:
@@ -78,12 +79,6 @@ class _TelegramPreviews:
 def telegram_previews(call: Call, marks: Path | None = None) -> PreviewStreams:
     """Previews over the Bot API `call`; edit marks kept in `marks`."""
     return PreviewStreams(_TelegramPreviews(call), marks)
-
-
-def _reply_to(chat: int, key: str) -> int | None:
-    """The message an inbound id (``telegram_<chat>_<message>``) names, if it is one."""
-    head, _, tail = key.rpartition("_")
-    return int(tail) if head == f"telegram_{chat}" and tail.isdigit() else None
 
 
 def _draft_id(key: str) -> int:
