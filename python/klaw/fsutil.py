@@ -22,6 +22,7 @@ __all__ = [
     "create_exclusive",
     "ensure_writable_dir",
     "fsync_dir",
+    "human_size",
     "replace_durably",
     "temp_name",
     "temp_path",
@@ -186,3 +187,15 @@ def ensure_writable_dir(path: Path) -> None:
             raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     except OSError as exc:
         raise NotWritable(os_error_line(exc, path)) from None
+
+
+def human_size(n: int) -> str:
+    """1536 → "1.5 KB": sizes as users read them in messages and CLI output."""
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in ("KB", "MB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"

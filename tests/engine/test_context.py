@@ -308,6 +308,20 @@ def test_tool_pairs_round_trip_through_metadata() -> None:
     assert row_to_message(row(11, "narrator", "?")) is None
 
 
+def test_files_the_agent_sent_read_as_such_and_its_own_chats_sends_are_left_out() -> None:
+    files = [{"path": "charts/plot.png", "mime": "image/png", "size": 2048}]
+    # Sent here from another chat (or a job): the chat sees the message and the file.
+    elsewhere = row(1, "assistant", "Your chart", meta={"attachments": files, "from_chat": "x_1"})
+    msg = row_to_message(elsewhere)
+    assert msg is not None and msg.role == "assistant"
+    assert msg.content == "Your chart\n[sent file: charts/plot.png (image/png, 2 KiB)]"
+    alone = row_to_message(row(2, "assistant", "", meta={"attachments": files}))
+    assert alone is not None and alone.content == "[sent file: charts/plot.png (image/png, 2 KiB)]"
+    # Sent by this chat's own turn: its tool call and result already tell it.
+    own = row(3, "assistant", "Your chart", meta={"attachments": files, "from_chat": "telegram_1"})
+    assert row_to_message(own) is None
+
+
 def test_tool_pairs_stay_together(tmp_path: Path) -> None:
     window = _tool_round(0)
     full = make(tmp_path, window=window)

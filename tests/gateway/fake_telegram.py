@@ -12,6 +12,9 @@ What it models, because the channel depends on it:
   entity nesting rules; stricter than Telegram where its docs are ambiguous: no code
   inside bold) and the 4096 limit on the visible text, counted in UTF-16 units.
 - Chats exist only once they wrote to the bot (or `add_chat`): else "chat not found".
+- sendPhoto and sendDocument take one multipart/form-data file, like the real API: the
+  upload limits (10 MB photo, 50 MB else), a caption of at most 1,024 characters, and a
+  photo must be an image it can read (PNG or JPEG here) or it is refused.
 
 Tests push updates with the helpers (`text`, `command`, `photo`, `document`, `media`...),
 script failures with `fail`, and await effects with `wait_sent` / `wait_calls` (asyncio
@@ -37,6 +40,9 @@ BOT_ID = 123456
 BOT_USERNAME = "klaw_test_bot"
 USER_ID = 42
 MAX_TEXT = 4096
+MAX_CAPTION = 1024
+PHOTO_MAX = 10 * 1024 * 1024
+UPLOAD_MAX = 50 * 1024 * 1024
 
 # --------------------------------------------------------------------------- HTML
 
@@ -217,6 +223,19 @@ class Sent:
 
 
 @dataclass
+class Upload:
+    chat_id: int
+    message_id: int
+    method: str  # "sendPhoto", "sendDocument"
+    filename: str
+    content_type: str
+    data: bytes
+    caption: str  # as received
+    parse_mode: str | None
+    reply_to: int | None
+
+
+@dataclass
 class DraftCall:
     chat_id: int
     draft_id: int
@@ -291,6 +310,7 @@ class FakeTelegram:
         self.commands: list[dict[str, Any]] = []
         self.drafts: list[DraftCall] = []  # sendMessageDraft calls (previews, not messages)
         self.edits: list[Sent] = []  # editMessageText calls that changed a message
+        self.uploads: list[Upload] = []  # files received by sendPhoto / sendDocument
         self.drafts_supported = True  # False: sendMessageDraft is an unknown method (404)
         self.get_file_limit = 20 * 1024 * 1024  # the Bot API refuses bigger getFile
         self._updates: list[dict[str, Any]] = []
@@ -305,7 +325,7 @@ class FakeTelegram:
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> str:
-        app = web.Application()
+        app = web.Application(client_max_size=UPLOAD_MAX + 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
@@ -586,8 +606,11 @@ class FakeTelegram:
             raw = dict(await request.post())
         params: dict[str, Any] = {}
         for key, value in raw.items():
+            if isinstance(value, web.FileField):
+                params[key] = value  # an upload: sendPhoto/sendDocument read it
+                continue
             if not isinstance(value, str):
-                continue  # uploaded files: no method here takes one
+                continue
             if key in _JSON_FIELDS:
                 params[key] = json.loads(value)
             elif key in _INT_FIELDS:
@@ -708,6 +731,70 @@ class FakeTelegram:
             "from": {"id": BOT_ID, "is_bot": True, "first_name": "Klaw"},
             "text": visible,
         }
+
+    async def _m_sendphoto(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self._upload("sendPhoto", "photo", params)
+
+    async def _m_senddocument(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self._upload("sendDocument", "document", params)
+
+    def _upload(self, method: str, field_name: str, params: dict[str, Any]) -> dict[str, Any]:
+        chat = self._target(params)
+        upload = params.get(field_name)
+        if not isinstance(upload, web.FileField):
+            raise _ApiError(400, f"Bad Request: there is no {field_name} in the request")
+        data = upload.file.read()
+        if len(data) > UPLOAD_MAX:
+            raise _ApiError(413, "Request Entity Too Large")
+        if not data:
+            raise _ApiError(400, "Bad Request: file must be non-empty")
+        if method == "sendPhoto":
+            if len(data) > PHOTO_MAX:
+                raise _ApiError(400, "Bad Request: PHOTO_TOO_BIG")
+            if not data.startswith((b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")):
+                raise _ApiError(400, "Bad Request: IMAGE_PROCESS_FAILED")
+        caption = str(params.get("caption", ""))
+        parse_mode = params.get("parse_mode")
+        visible = caption
+        if caption and parse_mode is not None:
+            try:
+                visible, _ = parse_html(caption)
+            except HtmlError as exc:
+                raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
+        if utf16_len(visible) > MAX_CAPTION:
+            raise _ApiError(400, "Bad Request: message caption is too long")
+        reply_to: int | None = None
+        if "reply_parameters" in params:
+            reply_to = int(params["reply_parameters"]["message_id"])
+        message_id = chat.next_message_id
+        chat.next_message_id += 1
+        chat.message_ids.add(message_id)
+        self.uploads.append(
+            Upload(
+                chat_id=chat.obj["id"],
+                message_id=message_id,
+                method=method,
+                filename=upload.filename,
+                content_type=upload.content_type,
+                data=data,
+                caption=caption,
+                parse_mode=parse_mode,
+                reply_to=reply_to,
+            )
+        )
+        self._bump()
+        media: dict[str, Any] = {"file_id": f"up{message_id}", "file_size": len(data)}
+        return {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": chat.obj,
+            "from": {"id": BOT_ID, "is_bot": True, "first_name": "Klaw"},
+            field_name: [media] if method == "sendPhoto" else media,
+            **({"caption": visible} if visible else {}),
+        }
+
+    def uploads_to(self, chat_id: int) -> list[Upload]:
+        return [u for u in self.uploads if u.chat_id == chat_id]
 
     def _visible(self, params: dict[str, Any]) -> tuple[str, str, str | None, list[Entity]]:
         text = str(params.get("text", ""))

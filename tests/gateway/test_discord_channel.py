@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from fake_discord import BOT_ID, OTHER_ID, TOKEN, USER_ID, VOICE_FLAG, FakeDiscord, snowflake_time
 
 from klaw.config import DiscordConfig
-from klaw.gateway.channel import ChannelSendError, Incoming
+from klaw.gateway.channel import ChannelSendError, Incoming, OutFile
 from klaw.gateway.discord import (
     MESSAGE_LIMIT,
     NOT_SERVED_GUILD,
@@ -563,13 +564,16 @@ async def test_files_go_out_with_the_last_part(
     channel: DiscordChannel,
     listening: Listening,
 ) -> None:
-    report = tmp_path / "report.csv"
-    report.write_bytes(b"a,b\n1,2\n")
+    path = tmp_path / "report.csv"
+    path.write_bytes(b"a,b\n1,2\n")
+    fd = os.open(path, os.O_RDONLY)
+    report = OutFile("report.csv", "text/csv", 8, fd, str(path))
     await channel.send(f"discord_{world.dm}", "Here it is.", files=[report])
     (sent,) = fake_discord.sent_to(world.dm)
     assert sent.content == "Here it is." and sent.files == [("report.csv", b"a,b\n1,2\n")]
     await channel.send(f"discord_{world.dm}", "", files=[report])  # a file alone
     assert fake_discord.sent_to(world.dm)[1].files == [("report.csv", b"a,b\n1,2\n")]
+    os.close(fd)
 
 
 async def test_typing(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from klaw.config import GatewayConfig
 from klaw.gateway.buffer import Buffer
-from klaw.gateway.channel import Incoming
+from klaw.gateway.channel import Incoming, OutFile
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
@@ -32,11 +32,19 @@ class QuietChannel:
 
     name = "console"
     admit = None
+    max_upload_bytes = 1024
 
     async def listen(self, on_message: Callable[[Incoming], Awaitable[None]]) -> None:
         await asyncio.Event().wait()
 
-    async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> None:
+    async def send(
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        reply_to: str | None = None,
+        files: Sequence[OutFile] = (),
+    ) -> None:
         pass
 
     async def typing(self, chat_id: str) -> None:

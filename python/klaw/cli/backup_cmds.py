@@ -5,16 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    value = n / 1024
-    for unit in ("KB", "MB"):
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GB"
+from klaw.fsutil import human_size as _size
 
 
 def _schemas(schemas: dict[str, int]) -> str:

@@ -297,9 +297,15 @@ def row_to_message(row: StoredMessage) -> Message | None:
     meta = _load_meta(row.metadata)
     msg_role: Role = role  # type: ignore[assignment]  # checked against _ROLES above
     if role == "assistant":
+        if meta.get("from_chat") == row.chat_id:
+            # Sent by a tool of this chat's own turn (`send_file`): the tool call and its
+            # result, beside it in the window, already say so; as a message of its own
+            # it would put two assistant messages in a row.
+            return None
         raw_calls = meta.get("tool_calls")
         calls = [c for c in map(_parse_call, raw_calls or []) if c is not None]
-        return Message("assistant", content or None, tool_calls=calls)
+        text = _with_attachments(content, meta, "sent file")
+        return Message("assistant", text or None, tool_calls=calls)
     if role == "tool":
         call_id = meta.get("tool_call_id")
         return Message(
@@ -319,8 +325,9 @@ def row_to_message(row: StoredMessage) -> Message | None:
     return Message(msg_role, content)
 
 
-def _with_attachments(content: str, meta: Mapping[str, Any]) -> str:
-    """Files the user sent, as lines the model can act on (file_read takes the path)."""
+def _with_attachments(content: str, meta: Mapping[str, Any], label: str = "attached file") -> str:
+    """Files the user sent (or the agent did), as lines the model can act on (file_read
+    takes the path)."""
     files = meta.get("attachments")
     if not isinstance(files, list) or not files:
         return content
@@ -329,7 +336,7 @@ def _with_attachments(content: str, meta: Mapping[str, Any]) -> str:
         if not isinstance(f, Mapping) or not isinstance(f.get("path"), str):
             continue
         about = ", ".join(str(x) for x in (f.get("mime"), _size(f.get("size"))) if x)
-        lines.append(f"[attached file: {f['path']}{f' ({about})' if about else ''}]")
+        lines.append(f"[{label}: {f['path']}{f' ({about})' if about else ''}]")
     return "\n".join([content, *lines]) if content else "\n".join(lines)
 
 

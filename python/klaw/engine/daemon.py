@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from klaw.config import load_engine_config, planned_settings
-from klaw.engine.pipeline import Pipeline
+from klaw.engine.pipeline import SUBAGENT_CHAT_PREFIX, Pipeline
 from klaw.engine.server import EngineServer, InboundHandler
 from klaw.errors import Cancelled, ConfigError, KlawError, StoreLocked, os_error_line
 from klaw.fsutil import ensure_writable_dir
@@ -363,17 +363,28 @@ def _pipeline(
     control: ScheduleControl | None = None,
     sandbox: Sandbox | None = None,
 ) -> Pipeline:
-    """The message pipeline, with `send_message` going through this server's gateway,
-    the `schedule_*` tools through `control` and `code_execute` through `sandbox`."""
+    """The message pipeline, with `send_message` and `send_file` going through this
+    server's gateway, the `schedule_*` tools through `control` and `code_execute`
+    through `sandbox`."""
     from klaw.engine.commands import Commands
     from klaw.tools import builtin_registry
     from klaw.tools.code import CodeExecute
-    from klaw.tools.messaging import SendMessage
+    from klaw.tools.messaging import SendFile, SendMessage
     from klaw.tools.schedule import schedule_tools
 
     def registry(chat_id: str) -> ToolRegistry:
         tools = builtin_registry(paths, config, memory, chat_id=chat_id)
         tools.register(SendMessage(server.deliver, memory, source_chat=chat_id))
+        job = chat_id.startswith(SUBAGENT_CHAT_PREFIX)  # no conversation to send files to
+        tools.register(
+            SendFile(
+                server.deliver,
+                paths.workspace,
+                memory,
+                source_chat=chat_id,
+                default_chat=None if job else chat_id,
+            )
+        )
         if control is not None:
             for tool in schedule_tools(control, chat_id):
                 tools.register(tool)

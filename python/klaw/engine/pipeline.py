@@ -114,6 +114,7 @@ PRIVATE_TOOLS: Final = frozenset(
         "file_read",
         "file_write",
         "file_list",
+        "send_file",
     }
 )
 

@@ -1,10 +1,10 @@
 """A minimal Telegram Bot API client: one aiohttp session, JSON in and out, no models.
 
-Requests are ``POST {api_server}/bot{token}/{method}`` with a JSON body; results come back
-as plain JSON values (updates and messages are dicts: read them with the small typed
-helpers in `klaw.gateway.telegram`). Files are streamed from
-``GET {api_server}/file/bot{token}/{file_path}`` with a size cap. Nothing here retries:
-the caller decides, from the exception's type, whether another try can help.
+Requests are ``POST {api_server}/bot{token}/{method}`` with a JSON body (`upload`: one
+file as multipart/form-data); results come back as plain JSON values (updates and
+messages are dicts: read them with the small typed helpers in `klaw.gateway.telegram`).
+Files are streamed from ``GET {api_server}/file/bot{token}/{file_path}`` with a size cap.
+Nothing here retries: the caller decides, from the exception's type, whether another try can help.
 
 Exceptions (the token never appears in their text):
 
@@ -38,7 +38,7 @@ import logging
 import re
 import ssl
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 from urllib.parse import quote
 
 import aiohttp
@@ -193,15 +193,42 @@ class BotApi:
         there is no answer within `timeout` (default: the client's).
         """
         payload = {k: v for k, v in (params or {}).items() if v is not None}
+        return await self._post(method, {"json": payload}, timeout)
+
+    async def upload(
+        self,
+        method: str,
+        params: dict[str, Any],
+        field: str,
+        file: tuple[str, str, BinaryIO],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """`call` with one file, as multipart/form-data (sendDocument, sendPhoto...).
+
+        `file` is (name, mime type, reader): streamed from the reader's position, not
+        held in memory. Dict and list params go as JSON text, as the Bot API wants.
+        """
+        # quote_fields=False: the file name goes as UTF-8 (RFC 7578), which Telegram
+        # shows as is; aiohttp's default would percent-encode it.
+        form = aiohttp.FormData(quote_fields=False)
+        for key, value in params.items():
+            if value is not None:
+                form.add_field(key, value if isinstance(value, str) else json.dumps(value))
+        name, mime, reader = file
+        form.add_field(field, reader, filename=name, content_type=mime)
+        return await self._post(method, {"data": form}, timeout)
+
+    async def _post(self, method: str, body: dict[str, Any], timeout: float | None) -> Any:
         session = self._open()
         limit = aiohttp.ClientTimeout(total=self.timeout if timeout is None else timeout)
         try:
-            async with session.post(self._api_base + method, json=payload, timeout=limit) as resp:
+            async with session.post(self._api_base + method, timeout=limit, **body) as resp:
                 status = resp.status
-                body = await resp.read()
+                body_bytes = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._network_error(method, exc) from None
-        data = _json(body)
+        data = _json(body_bytes)
         if data is not None and 200 <= status < 300 and data.get("ok") is True:
             log.debug("botapi: %s ok", method)
             return data.get("result")

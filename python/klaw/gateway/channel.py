@@ -10,10 +10,12 @@ the channel; a channel converts at its edge (`platform_id`).
 
 from __future__ import annotations
 
+import io
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from klaw.errors import KlawError
 from klaw.wire.protocol import Attachment, Quote
@@ -23,6 +25,7 @@ __all__ = [
     "ChannelSendError",
     "Incoming",
     "OnMessage",
+    "OutFile",
     "platform_id",
 ]
 
@@ -67,11 +70,72 @@ class Incoming:
 
 OnMessage = Callable[[Incoming], Awaitable[None]]
 
+#: What a channel takes per file when it does not say (Telegram's bot upload limit).
+DEFAULT_MAX_UPLOAD_BYTES: Final = 50 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class OutFile:
+    """A workspace file going out with a message. The gateway opened it (race-free,
+    inside the workspace) and owns `fd`; a channel reads it through `reader`, once per
+    attempt, and never by `path` (the file at that path may since have changed)."""
+
+    name: str  # as the user sees it
+    mime: str
+    size: int
+    fd: int
+    path: str  # the real path, for showing (the console) and logs
+
+    def reader(self) -> io.BufferedReader:
+        """A fresh reader from the first byte (a retry sends the whole file again), with
+        a position of its own (two readers of one file do not disturb each other); the
+        caller closes it, which leaves `fd` open."""
+        return io.BufferedReader(_PositionalReader(self.fd))
+
+    @property
+    def image(self) -> bool:
+        return self.mime in ("image/jpeg", "image/png", "image/webp", "image/gif")
+
+
+class _PositionalReader(io.RawIOBase):
+    """Reads a descriptor with pread from a position of its own; never closes it."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:  # for the size (fstat) that HTTP clients ask of a file
+        return self._fd
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos}.get(whence)
+        if base is None:
+            base = os.fstat(self._fd).st_size
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        data = os.pread(self._fd, len(buffer), self._pos)
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
 
 class Channel(Protocol):
     """A chat transport. `listen` runs until cancelled; the others may run concurrently."""
 
     name: str
+    #: The largest file `send` can deliver (the platform's upload limit).
+    max_upload_bytes: int
     #: Set by the gateway: whether a chat ("telegram_123") may be served, so a channel
     #: can skip work (downloads) for chats that will be refused. None: everyone.
     admit: Callable[[str], bool] | None
@@ -85,11 +149,19 @@ class Channel(Protocol):
         """
         ...
 
-    async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> None:
-        """Delivers `text` (Markdown-ish, any length) to `chat_id`.
+    async def send(
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        reply_to: str | None = None,
+        files: Sequence[OutFile] = (),
+    ) -> None:
+        """Delivers `text` (Markdown-ish, any length) and `files` to `chat_id`.
 
         The channel splits and formats as its platform requires and retries rate
-        limits itself; it raises `ChannelSendError` when it finally fails.
+        limits itself; it raises `ChannelSendError` when it finally fails. Files no
+        bigger than `max_upload_bytes` (the gateway checks before calling).
         """
         ...
 

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from klaw.errors import KlawError
-from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, platform_id
+from klaw.fsutil import human_size
+from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, OutFile, platform_id
 from klaw.wire.console import (
     ConsoleError,
     Hello,
@@ -126,6 +127,7 @@ class ConsoleChannel:
     """
 
     name = "console"
+    max_upload_bytes = 1 << 40  # nothing is uploaded: the reply names the file
     admit: Callable[[str], bool] | None = None  # the local user is always admitted
 
     def __init__(self, socket_path: Path, *, user: str | None = None) -> None:
@@ -171,8 +173,18 @@ class ConsoleChannel:
             if self._on_message is on_message:
                 self._on_message = None
 
-    async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> None:
+    async def send(
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        reply_to: str | None = None,
+        files: Sequence[OutFile] = (),
+    ) -> None:
         self._check_chat(chat_id)
+        if files:  # the terminal is on this machine: the path is the file
+            shown = [f"[file: {f.path} ({human_size(f.size)})]" for f in files]
+            text = "\n".join([text, *shown]) if text.strip() else "\n".join(shown)
         sent = await self._broadcast(encode_console(Reply(text=text)))
         if sent:
             log.debug("reply of %d chars to %d console client(s)", len(text), sent)

@@ -6,7 +6,8 @@ Inbound, for every channel alike:
       → JSONL line (before anything else) → buffer (fsync) → engine, if connected
 
 Outbound (from the engine): allowlist check (refusal → `error` to the engine) →
-already in the log? (a re-sent reply: confirm, do not send twice) → channel send →
+already in the log? (a re-sent reply: confirm, do not send twice) → its files opened
+inside the workspace (`klaw.gateway.outfiles`; refusal → `error`) → channel send →
 JSONL lines (the turn's records, then the reply) → settle the answered messages in
 the buffer → `delivered` to the engine.
 
@@ -29,8 +30,9 @@ from typing import TYPE_CHECKING
 
 from klaw.gateway.access import Access, Approvals, Pairings
 from klaw.gateway.buffer import Buffer
-from klaw.gateway.channel import Channel, ChannelSendError, Incoming, Streaming
+from klaw.gateway.channel import Channel, ChannelSendError, Incoming, OutFile, Streaming
 from klaw.gateway.logbook import LogBook
+from klaw.gateway.outfiles import FileRefused, close_files, open_files
 from klaw.gateway.voice import Transcriber
 from klaw.retry import Backoff
 from klaw.wire.loglines import inbound_line, outbound_line
@@ -498,22 +500,39 @@ class Gateway:
             await asyncio.to_thread(self.buffer.settle, out.answers)
             self._sent_on_link.difference_update(out.answers)
             return Delivered(ref=out.id)
-        failure: str | None = None
-        if out.content.strip():
-            # The channel retries rate limits and network errors itself; retrying a
-            # whole multi-part reply here would send its first parts twice.
+        files: list[OutFile] = []
+        if out.attachments:
             try:
-                await channel.send(out.chat_id, out.content, reply_to=out.reply_to)
-            except ChannelSendError as exc:
-                log.error("reply %s to %s not delivered: %s", out.id, out.chat_id, exc)
-                failure = str(exc)
+                files = await asyncio.to_thread(
+                    open_files,
+                    self.paths.workspace,
+                    out.attachments,
+                    limit=channel.max_upload_bytes,
+                    channel=channel.name.capitalize(),
+                )
+            except FileRefused as exc:
+                log.warning("outbound %s to %s refused: %s", out.id, out.chat_id, exc)
+                return Error(code=ErrorCode.REFUSED, message=str(exc), ref=out.id)
+        failure: str | None = None
+        try:
+            if out.content.strip() or files:
+                # The channel retries rate limits and network errors itself; retrying a
+                # whole multi-part reply here would send its first parts twice.
+                try:
+                    await channel.send(out.chat_id, out.content, reply_to=out.reply_to, files=files)
+                except ChannelSendError as exc:
+                    log.error("reply %s to %s not delivered: %s", out.id, out.chat_id, exc)
+                    failure = str(exc)
+        finally:
+            close_files(files)
         if failure is not None:
             line = line.model_copy(update={"meta": {**line.meta, "undelivered": failure}})
         await asyncio.to_thread(self._log_outbound, out, line)
         self._sent_on_link.difference_update(out.answers)
-        # Any message to the chat ends "typing…" (a notice too: the retry may take
-        # minutes); the next inbound starts it again.
-        task = self._typing.pop(out.chat_id, None)
+        # A reply or a notice ends "typing…" (a retry may take minutes); the next
+        # inbound starts it again. A message a tool sends mid-turn (a file, a note to
+        # another chat) does not: the turn goes on, and so does "typing…".
+        task = self._typing.pop(out.chat_id, None) if out.answers or out.line_type else None
         if task is not None:
             task.cancel()
         if failure is not None:

@@ -61,6 +61,7 @@ from klaw.gateway.channel import (
     ChannelSendError,
     Incoming,
     OnMessage,
+    OutFile,
     message_in,
     platform_id,
 )
@@ -77,6 +78,8 @@ log = logging.getLogger("klaw.gateway.discord")
 T = TypeVar("T")
 
 MESSAGE_LIMIT: Final = 2000  # characters of `content` (counted in UTF-16 units: never fewer)
+#: A bot's upload limit per file where the server has no boost (Discord's default).
+UPLOAD_LIMIT: Final = 10 * 1024 * 1024
 MAX_COMMANDS: Final = 100  # global slash commands an application may have
 NOT_SERVED_DM: Final = "This assistant is private: ask its owner for access."
 NOT_SERVED_GUILD: Final = "I don't answer in this channel."
@@ -239,6 +242,7 @@ class DiscordChannel:
     """
 
     name = "discord"
+    max_upload_bytes = UPLOAD_LIMIT
 
     def __init__(
         self,
@@ -777,11 +781,12 @@ class DiscordChannel:
         text: str,
         *,
         reply_to: str | None = None,
-        files: Sequence[Path] = (),
+        files: Sequence[OutFile] = (),
     ) -> None:
         """Sends `text` in parts of at most 2,000 characters (code blocks kept whole);
-        `files` go with the last part. A reply to a slash command replaces its
-        "thinking…"; other replies quote the message they answer."""
+        `files` (at most 10, Discord's limit per message) go with the last part. A reply
+        to a slash command replaces its "thinking…"; other replies quote the message
+        they answer."""
         channel = self._platform_chat(chat_id)
         parts = split_message(text, MESSAGE_LIMIT) if text.strip() else []
         if not parts and not files:
@@ -813,9 +818,16 @@ class DiscordChannel:
             if first and reference is not None:
                 options["reference"] = reference
                 options["mention_author"] = False
-            if last and files:
-                options["files"] = [discord.File(f) for f in files]  # fresh for each try
-            await target.send(**options)
+            readers = [f.reader() for f in files] if last else []  # fresh for each try
+            if readers:
+                options["files"] = [
+                    discord.File(r, filename=f.name) for r, f in zip(readers, files, strict=True)
+                ]
+            try:
+                await target.send(**options)
+            finally:
+                for r in readers:
+                    r.close()
 
         count = max(len(parts), 1)
         for index in range(count):

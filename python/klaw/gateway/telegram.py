@@ -48,9 +48,11 @@ from klaw.gateway.botapi import (
     InvalidToken,
 )
 from klaw.gateway.channel import (
+    DEFAULT_MAX_UPLOAD_BYTES,
     ChannelSendError,
     Incoming,
     OnMessage,
+    OutFile,
     message_in,
     platform_id,
 )
@@ -73,6 +75,10 @@ Json: TypeAlias = dict[str, Any]  # a Telegram object (Update, Message, User...)
 
 # `Incoming.unsupported` for a photo or document over the size cap.
 FILE_TOO_LARGE: Final = "file_too_large"
+#: Bot API upload limits: 10 MB for a photo, 50 MB for anything else, 1,024 for a caption.
+PHOTO_UPLOAD_LIMIT: Final = 10 * 1024 * 1024
+CAPTION_LIMIT: Final = 1024
+UPLOAD_BYTES_PER_S: Final = 64 * 1024
 # What a message carries: the first of these fields it has (in the order aiogram's
 # `Message.content_type` checks them: an animation also has a document, a venue a
 # location). Text, photo and document are passed on; the rest is content a user sent that
@@ -144,6 +150,7 @@ class TelegramChannel:
     """
 
     name = "telegram"
+    max_upload_bytes = DEFAULT_MAX_UPLOAD_BYTES
 
     def __init__(
         self,
@@ -540,10 +547,78 @@ class TelegramChannel:
         """Shows the reply to `reply_to` as written so far (see `klaw.gateway.tgstream`)."""
         self._streams.update(self._platform_chat(chat_id), reply_to, text)
 
-    async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> None:
+    async def send(
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        reply_to: str | None = None,
+        files: Sequence[OutFile] = (),
+    ) -> None:
         """Sends `text` as HTML parts; a part Telegram cannot parse goes as plain text.
-        A reply that was shown while written is edited into its preview message."""
+        A reply that was shown while written is edited into its preview message.
+
+        `files` follow, each as a photo (an image Telegram can show, up to 10 MB; else
+        a document) or a document. One file with a short text (a caption fits 1,024
+        characters) goes as one message: the file with the text under it.
+        """
         chat = self._platform_chat(chat_id)
+        caption = ""
+        if len(files) == 1 and reply_to is None and text.strip() and len(text) <= CAPTION_LIMIT:
+            caption, text = text, ""
+        await self._send_text(chat_id, chat, text, reply_to)
+        reply = message_in(chat_id, reply_to) if not text.strip() else None
+        for index, f in enumerate(files):
+            try:
+                await self._send_file(chat, f, caption if index == 0 else "", reply)
+            except BotApiException as exc:
+                done = f" ({index} of {len(files)} files delivered)" if index else ""
+                raise self._send_error(exc, f"sending {f.name!r} to {chat_id}{done}") from exc
+            reply = None
+        if files:
+            log.debug("telegram: sent %d file(s) to %s", len(files), chat_id)
+
+    async def _send_file(self, chat: int, f: OutFile, caption: str, reply: int | None) -> None:
+        params: Json = {"chat_id": chat}
+        if reply is not None:
+            params["reply_parameters"] = {"message_id": reply, "allow_sending_without_reply": True}
+        if f.image and f.mime != "image/gif" and f.size <= PHOTO_UPLOAD_LIMIT:
+            try:
+                await self._upload_captioned("sendPhoto", "photo", params, f, caption)
+                return
+            except BotApiBadRequest as exc:  # dimensions, a format it cannot read...
+                log.info("telegram: not taken as a photo (%s); sending a document", exc.description)
+        await self._upload_captioned("sendDocument", "document", params, f, caption)
+
+    async def _upload_captioned(
+        self, method: str, field: str, params: Json, f: OutFile, caption: str
+    ) -> None:
+        attempts: list[Json] = [params]
+        if caption.strip():
+            html = to_html(caption)
+            plain = {**params, "caption": caption}
+            if visible_text(html).strip():
+                attempts = [{**params, "caption": html, "parse_mode": "HTML"}, plain]
+            else:
+                attempts = [plain]
+        name = _clean_name(f.name) or "file"
+        # Time for the bytes at a slow home uplink (~64 KB/s) on top of the usual timeout.
+        timeout = self._api.timeout + f.size / UPLOAD_BYTES_PER_S
+
+        async def upload(fields: Json) -> None:
+            with f.reader() as data:
+                await self._api.upload(method, fields, field, (name, f.mime, data), timeout=timeout)
+
+        for fields in attempts:
+            try:
+                await self._call(method, functools.partial(upload, fields), until_sent=True)
+                return
+            except BotApiBadRequest as exc:
+                if fields is attempts[-1] or "can't parse entities" not in exc.description.lower():
+                    raise
+                log.warning("telegram: caption HTML rejected (%s); plain now", exc.description)
+
+    async def _send_text(self, chat_id: str, chat: int, text: str, reply_to: str | None) -> None:
         preview = await self._streams.finish(reply_to)
         parts = split_message(text)
         if not parts:

@@ -5,7 +5,7 @@
     request.tools = registry.schemas()
     result = await registry.dispatch("file_read", {"path": "MEMORY.md"})  # never raises
 
-`send_message` is added by the engine (it needs the gateway connection);
+`send_message` and `send_file` are added by the engine (they need the gateway);
 schedule_*, subagent_spawn and code_execute come with the scheduler and sandbox.
 """
 

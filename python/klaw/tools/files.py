@@ -207,6 +207,16 @@ class Workspace:
             os.close(fd)
             raise
 
+    def open_file(self, path: str) -> tuple[int, int, str]:
+        """(descriptor, size, clean path) of the regular file `path`, opened race-free
+        inside the workspace as every read is; the caller closes the descriptor."""
+        rel = self.clean(path)
+        root, parts = self._resolve(rel)
+        if not parts:
+            raise ToolError(f"{path!r} is the workspace directory, not a file")
+        fd, size = self._open_regular(root, parts, path)
+        return fd, size, rel
+
     def _read_bytes(self, fd: int, size: int, shown: str) -> bytes:
         if size > self.max_file_size:
             raise ToolError(

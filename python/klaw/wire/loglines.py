@@ -40,6 +40,10 @@ def outbound_line(out: Outbound) -> LogLine:
     if out.reply_to:
         meta["reply_to"] = out.reply_to
     meta.update(out.meta)
+    if out.attachments:
+        meta["attachments"] = [
+            a.model_dump(mode="json", exclude_none=True) for a in out.attachments
+        ]
     return LogLine(
         id=out.id, ts=out.ts, role="assistant", type=out.line_type, content=out.content, meta=meta
     )

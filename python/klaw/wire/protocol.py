@@ -275,7 +275,9 @@ class Outbound(_Model):
     """A message for the user. `answers` lists the inbound/command ids it settles.
 
     The gateway logs `records` then the reply (an assistant line of type `line_type`),
-    sends `content` unless it is empty, and confirms with `delivered`.
+    sends `content` unless it is empty, and confirms with `delivered`. `attachments`
+    are workspace files (paths relative to it) sent with the text; the gateway opens
+    them itself, inside the workspace, and refuses the whole message if one cannot go.
     """
 
     type: Literal["outbound"] = "outbound"
@@ -289,6 +291,7 @@ class Outbound(_Model):
     records: list[LogLine] = Field(default_factory=list)
     line_type: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+    attachments: list[Attachment] = Field(default_factory=list, max_length=10)
 
 
 class Draft(_Model):

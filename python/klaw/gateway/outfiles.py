@@ -1,0 +1,73 @@
+"""Workspace files going out with a message (`Outbound.attachments`).
+
+The engine names them (the `send_file` tool checked them); the gateway opens them
+itself, the same race-free way the file tools read (`klaw.tools.files.Workspace`), so
+a path swapped for a symlink after the tool's check still cannot send a file from
+outside the workspace. Each is then read through its descriptor, never by path again.
+A file that is missing, outside, not regular or over the channel's upload limit
+refuses the whole message before anything is sent, saying which file and why.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+import posixpath
+from collections.abc import Sequence
+from pathlib import Path
+
+from klaw.errors import KlawError
+from klaw.fsutil import human_size
+from klaw.gateway.channel import OutFile
+from klaw.tools.base import ToolError
+from klaw.tools.files import Workspace
+from klaw.wire.protocol import Attachment
+
+__all__ = ["FileRefused", "close_files", "open_files"]
+
+
+class FileRefused(KlawError):
+    """A file of an outbound message cannot be sent (the message is not sent either)."""
+
+
+def open_files(
+    workspace: Path, attachments: Sequence[Attachment], *, limit: int, channel: str
+) -> list[OutFile]:
+    """Opened `attachments`, or `FileRefused` (with nothing left open)."""
+    space = Workspace(workspace, limit)
+    files: list[OutFile] = []
+    try:
+        for att in attachments:
+            try:
+                fd, size, rel = space.open_file(att.path)
+            except ToolError as exc:
+                raise FileRefused(str(exc)) from None
+            name = att.name or posixpath.basename(rel)
+            files.append(
+                OutFile(
+                    name=name,
+                    mime=att.mime or mimetypes.guess_type(name)[0] or "application/octet-stream",
+                    size=size,
+                    fd=fd,
+                    path=str(Path(space.root, rel)),
+                )
+            )
+            if size > limit:
+                raise FileRefused(
+                    f"{rel!r} is {human_size(size)}; {channel} takes files up to "
+                    f"{human_size(limit)}"
+                )
+            if size == 0:
+                raise FileRefused(f"{rel!r} is empty; {channel} does not send empty files")
+    except BaseException:
+        close_files(files)
+        raise
+    return files
+
+
+def close_files(files: Sequence[OutFile]) -> None:
+    for f in files:
+        try:
+            os.close(f.fd)
+        except OSError:
+            pass
