@@ -14,6 +14,8 @@
     ├── BackupError                 a backup could not be written, or an archive is damaged
     ├── SandboxError                the code sandbox could not run code (not the code's own error)
     │   └── SandboxUnavailable      no backend: no Docker engine answers, no bubblewrap
+    ├── ToolError                   a tool's expected failure, worded for the model
+    │   └── PathRefused             a path outside the workspace or not allowed (klaw.confined)
     └── ConfigError (ValueError)    a config file is invalid: names the file, key and line
 
 The Rust-side classes are created in `klaw._core`; this module re-exports them so
@@ -53,7 +55,12 @@ __all__ = [
     "StoreCorrupt",
     "StoreError",
     "StoreLocked",
+    "ToolError",
 ]
+
+
+class ToolError(KlawError):
+    """An expected failure whose message is written for the model (what went wrong, what to do)."""
 
 
 class EmbeddingBackendError(KlawError):

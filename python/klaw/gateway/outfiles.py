@@ -1,7 +1,7 @@
 """Workspace files going out with a message (`Outbound.attachments`).
 
 The engine names them (the `send_file` tool checked them); the gateway opens them
-itself, the same race-free way the file tools read (`klaw.tools.files.Workspace`), so
+itself, the same race-free way the file tools read (`klaw.confined`), so
 a path swapped for a symlink after the tool's check still cannot send a file from
 outside the workspace. Each is then read through its descriptor, never by path again.
 A file that is missing, outside, not regular or over the channel's upload limit
@@ -16,11 +16,10 @@ import posixpath
 from collections.abc import Sequence
 from pathlib import Path
 
-from klaw.errors import KlawError
+from klaw.confined import Confined
+from klaw.errors import KlawError, ToolError
 from klaw.fsutil import human_size
 from klaw.gateway.channel import OutFile
-from klaw.tools.base import ToolError
-from klaw.tools.files import Workspace
 from klaw.wire.protocol import Attachment
 
 __all__ = ["FileRefused", "close_files", "open_files"]
@@ -34,7 +33,7 @@ def open_files(
     workspace: Path, attachments: Sequence[Attachment], *, limit: int, channel: str
 ) -> list[OutFile]:
     """Opened `attachments`, or `FileRefused` (with nothing left open)."""
-    space = Workspace(workspace, limit)
+    space = Confined(workspace)
     files: list[OutFile] = []
     try:
         for att in attachments:

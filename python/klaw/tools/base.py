@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from klaw.errors import KlawError
+from klaw.errors import KlawError, ToolError
 from klaw.llm.types import ToolCall, ToolSchema
 from klaw.tools.schema import validate
 
@@ -25,10 +25,6 @@ log = logging.getLogger("klaw.tools")
 
 #: ~4k tokens: enough for a page of a file or ten search hits, small enough for a Pi budget.
 DEFAULT_MAX_RESULT_CHARS = 16_000
-
-
-class ToolError(KlawError):
-    """An expected failure whose message is written for the model (what went wrong, what to do)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from klaw.confined import Confined
 from klaw.errors import KlawError
 from klaw.fsutil import human_size
 from klaw.tools.base import Tool, ToolError
-from klaw.tools.files import Workspace
 from klaw.wire.loglines import line_row, outbound_line
 from klaw.wire.protocol import Attachment, Outbound
 
@@ -150,7 +150,7 @@ class SendFile(Tool):
         default_chat: str | None = None,
     ) -> None:
         self._deliver = deliver
-        self._workspace = Workspace(workspace, MAX_FILE_BYTES)
+        self._workspace = Confined(workspace)
         self._memory = memory
         self._source = source_chat
         self._default = default_chat
