@@ -337,7 +337,7 @@ class LlmConfig(_Section):
     request_timeout_ms: PositiveInt = 60000
     initial_backoff_ms: NonNegativeInt = 1000
     backoff_multiplier: Annotated[float, Field(ge=1)] = 2.0
-    retry_on: list[int] = Field(default_factory=lambda: [429, 500, 502, 503, 504])
+    retry_on: list[int] = Field(default_factory=lambda: [429, 500, 502, 503, 504, 529])
 
 
 class LoggingConfig(_Section):

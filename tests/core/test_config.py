@@ -73,7 +73,7 @@ def test_engine_defaults_match_design() -> None:
     llm = cfg.llm
     assert (llm.max_retries, llm.request_timeout_ms, llm.initial_backoff_ms) == (2, 60000, 1000)
     assert llm.backoff_multiplier == 2.0
-    assert llm.retry_on == [429, 500, 502, 503, 504]
+    assert llm.retry_on == [429, 500, 502, 503, 504, 529]
     assert cfg.logging.subagent_conversations is True
     assert cfg.files.max_file_size_bytes == 1048576
     assert [c.name for c in cfg.commands] == ["new", "model", "models", "memory", "status", "help"]

@@ -29,6 +29,7 @@ class Reply:
     delay: float = 0.0  # seconds before answering (cut short when the server closes)
     sse: list[Any] | None = None  # dicts JSON-encoded, strings as is, ':...' as comments
     drop: bool = False  # after the SSE events, cut the connection (no end of stream)
+    named: bool = False  # each dict event gets `event: <its "type">` first (Anthropic)
 
 
 @dataclass
@@ -122,7 +123,8 @@ class FakeLLM:
                 await response.write(f"{event}\n\n".encode())
                 continue
             data = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
-            await response.write(f"data: {data}\n\n".encode())
+            name = f"event: {event['type']}\n" if reply.named and isinstance(event, dict) else ""
+            await response.write(f"{name}data: {data}\n\n".encode())
         if reply.drop and request.transport is not None:
             request.transport.close()  # mid-response: the client sees a broken stream
             return response

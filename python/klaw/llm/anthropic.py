@@ -1,19 +1,29 @@
-"""Anthropic Messages API (POST {endpoint}/messages), non-streaming.
+"""Anthropic Messages API (POST {endpoint}/messages), with SSE streaming when
+`request.stream` is set.
 
 Differences from the OpenAI shape handled here: the system prompt is a separate field,
 tool calls and results are content blocks (`tool_use`, `tool_result`), tool results travel
 in a user message, consecutive messages of one role are merged (the API wants them to
 alternate), and `max_tokens` is required.
+
+A stream (`message_start`, `content_block_start/delta/stop`, `message_delta`,
+`message_stop`) is folded back into the message a non-streamed call returns, then read
+by the same parser. Text deltas go to `on_delta` as they come. An `error` event (the API
+sends one mid-stream when it is overloaded) becomes a `ProviderError` with the status
+the same error would have had before the stream began, so the router retries or falls
+back as usual; a stream that ends before `message_stop` is an error too, never a
+shorter answer.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 
-from klaw.llm._http import HttpClient, parse_json
-from klaw.llm.errors import MalformedResponse
+from klaw.llm._http import HttpClient, parse_json, redact, sse_events
+from klaw.llm.errors import MalformedResponse, ProviderError
 from klaw.llm.types import (
     DeltaCallback,
     FinishReason,
@@ -37,6 +47,18 @@ _STOP: dict[str, FinishReason] = {
     "tool_use": "tool_calls",
     "refusal": "content_filter",
 }
+#: The HTTP status of each error type (docs.anthropic.com, "Errors"): an `error` event
+#: mid-stream is retried like the same error answered before the stream.
+_ERROR_STATUS: dict[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
 
 
 class AnthropicClient(HttpClient):
@@ -57,15 +79,60 @@ class AnthropicClient(HttpClient):
     async def complete(
         self, request: LlmRequest, on_delta: DeltaCallback | None = None
     ) -> LlmResponse:
+        body = build_payload(request)
         async with self._guard(request.model):
-            response, raw = await self._post("messages", build_payload(request))
+            if request.stream:
+                return await self._stream(request, {**body, "stream": True}, on_delta)
+            response, raw = await self._post("messages", body)
         if response.status_code >= 400:
             raise self._error(response, raw, request.model)
         data = parse_json(raw, provider=self.provider, model=request.model)
-        result = self._parse(data, request.model)
-        if request.stream and on_delta is not None and result.content:
-            await on_delta(result.content)  # no SSE here: the whole answer is one delta
-        return result
+        return self._parse(data, request.model)
+
+    async def _stream(
+        self, request: LlmRequest, body: dict[str, Any], on_delta: DeltaCallback | None
+    ) -> LlmResponse:
+        model = request.model
+        acc = _StreamedMessage()
+        async with self._http.stream("POST", "messages", json=body) as response:
+            if response.status_code >= 400:
+                raise self._error(response, await response.aread(), model)
+            async for data in sse_events(response):
+                try:
+                    event = json.loads(data)
+                except ValueError as exc:
+                    raise MalformedResponse(
+                        f"stream event is not JSON: {data[:80]!r}",
+                        provider=self.provider,
+                        model=model,
+                    ) from exc
+                if not isinstance(event, dict):
+                    continue
+                if event.get("type") == "error":
+                    raise self._stream_error(event, model)
+                text = acc.add(event)
+                if text and on_delta is not None:
+                    await on_delta(text)
+                if acc.stopped:
+                    break
+        if not acc.stopped:
+            raise MalformedResponse(
+                "the stream ended before message_stop", provider=self.provider, model=model
+            )
+        return self._parse(acc.message, model)
+
+    def _stream_error(self, event: dict[str, Any], model: str) -> ProviderError:
+        err = event.get("error")
+        if not isinstance(err, dict):
+            err = {}
+        kind = str(err.get("type") or "error")
+        message = " ".join(str(err.get("message") or kind).split())[:300]
+        return ProviderError(
+            redact(f"{message} (mid-stream)", self._api_key),
+            provider=self.provider,
+            model=model,
+            status=_ERROR_STATUS.get(kind, 500),
+        )
 
     def _parse(self, data: dict[str, Any], model: str) -> LlmResponse:
         blocks = data.get("content")
@@ -105,6 +172,83 @@ class AnthropicClient(HttpClient):
             model=str(data.get("model") or model),
             reasoning_content="".join(thinking) or None,
         )
+
+
+class _StreamedMessage:
+    """The message a stream describes, built up event by event in the shape of a
+    non-streamed answer (`content` blocks, `stop_reason`, `usage`)."""
+
+    def __init__(self) -> None:
+        self.message: dict[str, Any] = {"content": [], "usage": {}}
+        self.stopped = False
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, str] = {}  # a tool_use block's input, as JSON text so far
+
+    def add(self, event: dict[str, Any]) -> str:
+        """Fold one event in; returns its text delta ('' for any other event)."""
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            start = event["message"]
+            self.message["model"] = start.get("model")
+            self._usage(start.get("usage"))
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            block = dict(event["content_block"])
+            index = _index(event, len(self._blocks))
+            if block.get("type") == "tool_use":
+                self._json[index] = ""
+            self._blocks[index] = block
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            return self._delta(_index(event, len(self._blocks) - 1), event["delta"])
+        elif kind == "content_block_stop":
+            self._close(_index(event, len(self._blocks) - 1))
+        elif kind == "message_delta":
+            delta = event.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason"):
+                self.message["stop_reason"] = delta["stop_reason"]
+            self._usage(event.get("usage"))
+        elif kind == "message_stop":
+            for index in list(self._json):
+                self._close(index)
+            self.message["content"] = [b for _, b in sorted(self._blocks.items())]
+            self.stopped = True
+        return ""  # ping and event types added later carry nothing we need
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> str:
+        block = self._blocks.get(index)
+        if block is None:
+            return ""
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = str(delta.get("text") or "")
+            block["text"] = str(block.get("text") or "") + text
+            return text
+        if kind == "input_json_delta" and index in self._json:
+            self._json[index] += str(delta.get("partial_json") or "")
+        elif kind == "thinking_delta":
+            block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking") or "")
+        return ""
+
+    def _close(self, index: int) -> None:
+        raw = self._json.pop(index, None)
+        block = self._blocks.get(index)
+        if raw is None or block is None:
+            return
+        try:
+            # An empty input streams no JSON at all: the call takes no arguments.
+            block["input"] = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            block["input"] = raw  # not an object: the parser reports it as the call's error
+
+    def _usage(self, raw: Any) -> None:
+        if isinstance(raw, dict):
+            for key in ("input_tokens", "output_tokens"):
+                if isinstance(raw.get(key), int):
+                    self.message["usage"][key] = raw[key]
+
+
+def _index(event: dict[str, Any], default: int) -> int:
+    index = event.get("index")
+    return index if isinstance(index, int) and not isinstance(index, bool) else default
 
 
 def build_payload(request: LlmRequest) -> dict[str, Any]:
