@@ -218,7 +218,7 @@ def test_report_counts_every_part(tmp_path: Path) -> None:
 
 
 def test_window_shrinks_to_what_fits(tmp_path: Path) -> None:
-    window = user_rows(40, size=100)
+    window = user_rows(41, size=100)  # user, assistant, ..., user (the turn's message)
     fixed = make(tmp_path, window=window[-1:]).report.total  # system + the last message
     per_message = 100 + PER_MESSAGE_OVERHEAD
     # Room for the last message and exactly 6.5 more: 6 fit.
@@ -228,7 +228,7 @@ def test_window_shrinks_to_what_fits(tmp_path: Path) -> None:
     report = ctx.report
     assert report.usable >= usable - 1
     assert report.window_kept == 7
-    assert report.window_dropped == 33
+    assert report.window_dropped == 34
     assert report.total <= report.usable
     assert report.total + per_message > report.usable  # one more would not fit
     kept = [m.content for m in ctx.messages[1:]]
@@ -236,10 +236,10 @@ def test_window_shrinks_to_what_fits(tmp_path: Path) -> None:
 
 
 def test_window_respects_cap(tmp_path: Path) -> None:
-    window = user_rows(30)
+    window = user_rows(31)
     ctx = make(tmp_path, window=window, window_cap=5)
     assert ctx.report.window_kept == 5
-    assert ctx.report.window_dropped == 25
+    assert ctx.report.window_dropped == 26
     assert [m.content for m in ctx.messages[1:]] == [r.content for r in window[-5:]]
     # A subagent cap from the config.
     cap = model_limits(EngineConfig(), "glm/glm-4-plus", subagent=True).window_cap
@@ -322,33 +322,41 @@ def test_files_the_agent_sent_read_as_such_and_its_own_chats_sends_are_left_out(
     assert row_to_message(own) is None
 
 
+def test_the_window_opens_with_the_user(tmp_path: Path) -> None:
+    """A cut that keeps a reply but not the message it answered drops the reply:
+    Anthropic refuses an assistant message first, Gemini a model turn first."""
+    window = [row(i, r, f"m{i}") for i, r in enumerate(["user", "assistant"] * 3 + ["user"])]
+    ctx = make(tmp_path, window=window, window_cap=4)
+    assert [m.content for m in ctx.messages[1:]] == ["m4", "m5", "m6"]
+    assert ctx.report.window_kept == 3 and ctx.report.window_dropped == 4
+    # The turn's own message always stays, even alone.
+    alone = make(tmp_path, window=[row(0, "assistant", "a"), row(1, "user", "u")], window_cap=1)
+    assert [m.content for m in alone.messages[1:]] == ["u"]
+    only = make(tmp_path, window=[row(0, "assistant", "from a job")], window_cap=5)
+    assert [m.content for m in only.messages[1:]] == ["from a job"]
+
+
 def test_tool_pairs_stay_together(tmp_path: Path) -> None:
     window = _tool_round(0)
     full = make(tmp_path, window=window)
-    assert [m.role for m in full.messages[1:]] == [
-        "user",
-        "assistant",
-        "tool",
-        "tool",
-        "assistant",
-        "user",
-    ]
+    full_roles = ["user", "assistant", "tool", "tool", "assistant", "user"]
+    assert [m.role for m in full.messages[1:]] == full_roles
     assert full.messages[4].is_error
-    # A cap of 4 would start the window with a tool result: the whole round goes.
+    # A cap of 4 would start the window with a tool result: the whole round goes, and
+    # the reply after it too (the window opens with the user).
     ctx = make(tmp_path, window=window, window_cap=4)
-    assert [m.role for m in ctx.messages[1:]] == ["assistant", "user"]
-    assert ctx.messages[1].content == "answer".ljust(10, "!")
-    # A cap of 5 takes the round whole (assistant + two results + 2 after it).
-    ctx = make(tmp_path, window=window, window_cap=5)
-    assert [m.role for m in ctx.messages[1:]] == ["assistant", "tool", "tool", "assistant", "user"]
+    assert [m.role for m in ctx.messages[1:]] == ["user"]
+    # A cap of 6 takes the round whole, with the message that asked for it.
+    ctx = make(tmp_path, window=window, window_cap=6)
+    assert [m.role for m in ctx.messages[1:]] == full_roles
+    assert ctx.messages[4].is_error
     # The budget, too, cuts only at unit boundaries.
     fixed = make(tmp_path, window=window[-1:]).report.total
     per = 10 + PER_MESSAGE_OVERHEAD
     usable = fixed + 3 * per  # room for 3 more messages, the round needs more
     budget = (usable + 1000) * 10 // 9 + 1
     ctx = make(tmp_path, window=window, context_budget=budget)
-    assert ctx.messages[1].role != "tool"
-    assert [m.role for m in ctx.messages[1:]] == ["assistant", "user"]
+    assert [m.role for m in ctx.messages[1:]] == ["user"]  # no result, no orphaned reply
 
 
 def test_orphan_tool_results_and_unanswered_calls_are_dropped(tmp_path: Path) -> None:

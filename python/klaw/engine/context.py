@@ -666,6 +666,14 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
         chosen.append(unit)
         kept_messages += len(unit)
         window_tokens += cost
+    # The window opens with the user: Anthropic refuses a first message from the
+    # assistant and Gemini a model turn first, so a cut that kept a reply but not the
+    # message it answered drops the reply too (never the turn's own last unit).
+    first = len(units) - len(chosen)
+    while len(chosen) > 1 and chosen[-1][0].role == "assistant":
+        chosen.pop()
+        window_tokens -= unit_tokens[first]
+        first += 1
     chosen.reverse()
     window_msgs = [m for unit in chosen for m in unit]
 
