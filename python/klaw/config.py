@@ -526,7 +526,9 @@ def _default_models() -> dict[str, ModelConfig]:
         "deepseek/deepseek-chat": ModelConfig(context_budget=12000),
         "deepseek/deepseek-reasoner": ModelConfig(max_tokens=16384, context_budget=16000),
         "ollama/qwen3:8b": ModelConfig(context_budget=6000),
-        "anthropic/claude-sonnet-4-20250514": ModelConfig(max_tokens=8192, context_budget=16000),
+        "anthropic/claude-sonnet-4-20250514": ModelConfig(
+            max_tokens=8192, context_budget=16000, vision=True
+        ),
     }
 
 

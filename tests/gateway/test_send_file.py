@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -121,9 +120,9 @@ async def test_several_documents_follow_a_long_text_and_keep_their_names(
     (klaw_home.workspace / report).write_bytes(b"%PDF-1.4\n" + bytes(range(256)) * 40)
     (klaw_home.workspace / "data.csv").write_bytes(b"a,b\n1,2\n")
     text = "Here are both files. " * 60  # over a caption's 1,024 characters: a message
-    llm.answer(
-        None, [call("c1", "send_file", args(paths=[report, "./data.csv", report], caption=text))]
-    )
+    (klaw_home.workspace / "line\nbreak.txt").write_bytes(b"x")  # a model can name a file so
+    send = args(paths=[report, "./data.csv", report, "line\nbreak.txt"], caption=text)
+    llm.answer(None, [call("c1", "send_file", send)])
     llm.answer("Sent.")
     async with (
         engine_running(klaw_home, memory_factory=open_memory, config=config),
@@ -138,6 +137,7 @@ async def test_several_documents_follow_a_long_text_and_keep_their_names(
     assert [(u.method, u.filename, u.caption) for u in docs] == [
         ("sendDocument", report, ""),
         ("sendDocument", "data.csv", ""),
+        ("sendDocument", "linebreak.txt", ""),  # no line break in a multipart header
     ]
     assert docs[0].data == (klaw_home.workspace / report).read_bytes()
     assert first.message_id < docs[0].message_id < docs[1].message_id < last.message_id
@@ -246,8 +246,10 @@ async def test_a_file_too_big_for_discord_is_refused_and_a_small_one_arrives(
         [
             call("c1", "send_file", args(paths=["video.mp4"])),
             call("c2", "send_file", args(paths=["chart.png"], caption="The chart")),
+            call("c3", "send_file", args(paths=["line\nbreak.txt"])),
         ],
     )
+    (klaw_home.workspace / "line\nbreak.txt").write_bytes(b"x")
     llm.answer("Only the chart could go.")
     async with (
         engine_running(klaw_home, memory_factory=open_memory, config=config),
@@ -255,12 +257,13 @@ async def test_a_file_too_big_for_discord_is_refused_and_a_small_one_arrives(
     ):
         await asyncio.wait_for(gw.connected.wait(), T)
         fake.message(dm, "send both")
-        await fake.wait_sent(dm, 2, T)
+        await fake.wait_sent(dm, 3, T)
     results = tool_results(llm.requests[1])
     assert "'video.mp4' is 10.0 MB; Discord takes files up to 10.0 MB" in results["c1"]
     assert results["c2"].startswith("Sent chart.png")
-    with_file, reply = fake.sent_to(dm)
+    with_file, odd_name, reply = fake.sent_to(dm)
     assert (with_file.content, with_file.files) == ("The chart", [("chart.png", chart)])
+    assert odd_name.files == [("linebreak.txt", b"x")]  # no line break in a multipart header
     assert reply.content == "Only the chart could go."
 
 
@@ -294,8 +297,9 @@ async def test_the_gateway_opens_files_itself_and_refuses_a_swapped_symlink(
     recording_engine: RecordingEngine,
     tmp_path: Path,
 ) -> None:
-    """The tool checked `notes.txt`; by the time the gateway sends it, it is a symlink
-    to a file outside the workspace: the gateway's own check refuses it."""
+    """The engine names `notes.txt` (as if the tool had checked it earlier); by the time
+    the gateway opens it, it is a symlink to a file outside the workspace: the gateway's
+    own check refuses it, whatever the engine says."""
     fake = fake_telegram
     fake.add_chat(OWNER)
     secret = tmp_path / "id_rsa"
@@ -371,7 +375,7 @@ async def test_telegram_sends_a_photo_it_cannot_show_as_a_document_and_retries_u
         backoff=0.01,
         max_backoff=0.05,
     )
-    not_png = out_file("scan.png", b"not really a PNG", "image/png")
+    not_png = out_file("scan.png", b"not really a PNG" * 20_000, "image/png")
     data = bytes(range(256)) * 1000
     archive = out_file("backup.tar.gz", data, "application/gzip")
     fake.fail("sendDocument", status=500, description="Internal Server Error", times=2)
@@ -385,12 +389,83 @@ async def test_telegram_sends_a_photo_it_cannot_show_as_a_document_and_retries_u
     (text,) = fake.sent_to(OWNER)
     assert text.visible == "<b>both</b> & more"
     scan, tar = fake.uploads_to(OWNER)
-    assert (scan.method, scan.data) == ("sendDocument", b"not really a PNG")
+    assert (scan.method, scan.data) == ("sendDocument", b"not really a PNG" * 20_000)
     # The photo Telegram could not read went as a document; its first two tries met a
     # 500, the third sent the whole file again.
     methods = [c.method for c in fake.calls if str(c.params.get("chat_id")) == str(OWNER)]
     assert methods == ["sendMessage", "sendPhoto", *["sendDocument"] * 4]
     assert (tar.filename, tar.data) == ("backup.tar.gz", data)
+
+
+async def test_telegram_counts_a_caption_in_utf16_and_tries_an_upload_three_times(
+    fake_telegram: FakeTelegram, tmp_path: Path, out_file: Any
+) -> None:
+    fake = fake_telegram
+    fake.add_chat(OWNER)
+    channel = TelegramChannel(
+        GatewayConfig.model_validate(
+            {"channels": {"telegram": {"token": fake.token, "apiServer": fake.url}}}
+        ).channels.telegram,
+        tmp_path / "inbox",
+        backoff=0.01,
+        max_backoff=0.05,
+    )
+    photo = out_file("a.png", png(8, 8), "image/png")
+    doc = out_file("b.txt", b"b", "text/plain")
+    smiles = "🙂" * 600  # 600 characters but 1,200 UTF-16 units: too long for a caption
+    fake.fail("sendDocument", status=500, description="Internal Server Error", times=3)
+    try:
+        await channel.send(CHAT, smiles, files=[photo])
+        with pytest.raises(ChannelSendError) as info:
+            await channel.send(CHAT, "", files=[doc])
+    finally:
+        await channel.close()
+    (text,) = fake.sent_to(OWNER)
+    (up,) = fake.uploads_to(OWNER)
+    assert text.visible == smiles and (up.method, up.caption) == ("sendPhoto", "")
+    assert not info.value.permanent and len(fake.calls_of("sendDocument")) == 3
+
+
+class _BrokenChannel:
+    """A transport whose send fails in a way no channel expects (a bug)."""
+
+    name = "console"
+    admit = None
+    max_upload_bytes = 1 << 20
+
+    async def listen(self, on_message: Any) -> None:
+        await asyncio.Event().wait()
+
+    async def send(self, chat_id: str, text: str, **_: Any) -> None:
+        raise RuntimeError("boom")
+
+    async def typing(self, chat_id: str) -> None:
+        pass
+
+    async def set_commands(self, commands: Any) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_channel_that_crashes_still_answers_the_engine(
+    klaw_home: KlawPaths, recording_engine: RecordingEngine
+) -> None:
+    await recording_engine.start()
+    cfg = GatewayConfig.model_validate({"channels": {"console": {"enabled": True}}})
+    gw = Gateway(klaw_home, cfg, [_BrokenChannel()])  # type: ignore[list-item]
+    stop = asyncio.Event()
+    run = asyncio.create_task(gw.run(stop))
+    try:
+        out = Outbound(channel="console", chat_id="console_me", content="hi")
+        answer = await _deliver_via_engine_socket(klaw_home, recording_engine, gw, out)
+    finally:
+        stop.set()
+        await asyncio.wait_for(run, T)
+        await recording_engine.close()
+    assert isinstance(answer, Error) and answer.code == ErrorCode.SEND_FAILED
+    assert "RuntimeError" in answer.message
 
 
 async def test_telegram_caption_with_bad_html_goes_plain(
@@ -430,15 +505,23 @@ async def test_discord_retries_an_upload_with_the_whole_file(
     listen = asyncio.create_task(channel.listen(_ignore))
     data = os.urandom(300_000)
     f = out_file("sound.ogg", data, "audio/ogg")
-    fake.fail("POST /channels/{channel}/messages", status=500, code=0, message="oops")
+    route = "POST /channels/{channel}/messages"
+    # A 503 reaches Klaw's own retry at once (discord.py retries 500s itself, slowly):
+    # the second try reads both files from their first byte again.
+    fake.fail(route, status=503, code=0, message="unavailable")
     try:
         await asyncio.wait_for(channel.send(f"discord_{dm}", "", files=[f, f]), T)
+        # Files are tried a bounded number of times: later replies wait behind them.
+        fake.fail(route, status=503, code=0, message="unavailable", times=3)
+        with pytest.raises(ChannelSendError) as info:
+            await asyncio.wait_for(channel.send(f"discord_{dm}", "again", files=[f]), T)
     finally:
         listen.cancel()
         await asyncio.gather(listen, return_exceptions=True)
         await channel.close()
     (sent,) = fake.sent_to(dm)
     assert sent.files == [("sound.ogg", data), ("sound.ogg", data)]
+    assert not info.value.permanent and len(fake.calls_of(route)) == 2 + 3
 
 
 async def _ignore(_: Any) -> None:
@@ -482,4 +565,3 @@ async def test_a_scheduled_job_must_name_the_chat(klaw_home: KlawPaths) -> None:
     (out,) = sent
     assert out.meta == {"source": "send_file", "from_chat": "scheduler_daily"}
     assert out.attachments == [Attachment(path="r.txt", name="r.txt", mime="text/plain", size=1)]
-    assert datetime.now(UTC) >= out.ts

@@ -49,7 +49,7 @@ CONFIG = """\
         baseUrl: "LLM_URL/v1",
         apiKey: "${LOCAL_LLM_KEY}",
         api: "openai-completions",
-        models: [ { id: "qwen3-8b", name: "Qwen3 8B", contextWindow: 32768, maxTokens: 4096 } ],
+        models: [ { id: "qwen3-8b", name: "Qwen3 8B", input: ["text", "image"], contextWindow: 32768, maxTokens: 4096 } ],
       },
       deepseek: { baseUrl: "https://api.deepseek.com/v1", apiKey: "LITERAL_KEY", api: "openai-completions", models: [] },
       bedrock: { baseUrl: "https://bedrock.example", api: "bedrock-converse-stream", models: [ { id: "claude" } ] },

@@ -94,7 +94,12 @@ async def test_import_then_the_engine_has_the_persona_jobs_and_past(
     assert "bedrock" not in eng["providers"]
     assert eng["routing"]["default"] == "local/qwen3-8b"
     assert eng["routing"]["fallback"] == ["deepseek/deepseek-chat"]
-    assert eng["models"]["local/qwen3-8b"] == {"contextBudget": 16000, "maxTokens": 4000}
+    # input: ["text", "image"] is a model that sees images (Klaw's `vision`)
+    assert eng["models"]["local/qwen3-8b"] == {
+        "contextBudget": 16000,
+        "maxTokens": 4000,
+        "vision": True,
+    }
     assert eng["scheduler"]["heartbeat"]["cron"] == "every 45m"
     assert eng["scheduler"]["heartbeat"]["injectInto"] == CHAT
     assert "# --- Scheduler (docs/scheduler.md) ---" in klaw_home.engine_config.read_text()

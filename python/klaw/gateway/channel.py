@@ -90,7 +90,7 @@ class OutFile:
         """A fresh reader from the first byte (a retry sends the whole file again), with
         a position of its own (two readers of one file do not disturb each other); the
         caller closes it, which leaves `fd` open."""
-        return io.BufferedReader(_PositionalReader(self.fd))
+        return io.BufferedReader(_PositionalReader(self.fd, self.size))
 
     @property
     def image(self) -> bool:
@@ -98,10 +98,13 @@ class OutFile:
 
 
 class _PositionalReader(io.RawIOBase):
-    """Reads a descriptor with pread from a position of its own; never closes it."""
+    """Reads the first `size` bytes of a descriptor with pread, from a position of its
+    own; never closes it. A file that grows while it is sent still sends only the
+    `size` bytes checked against the upload limit."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, size: int) -> None:
         self._fd = fd
+        self._size = size
         self._pos = 0
 
     def readable(self) -> bool:
@@ -110,21 +113,23 @@ class _PositionalReader(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
-    def fileno(self) -> int:  # for the size (fstat) that HTTP clients ask of a file
+    def fileno(self) -> int:
+        # HTTP clients size a file body by fstat: a file that changed since it was
+        # opened then declares a length the capped reads do not send, and the upload
+        # fails instead of sending bytes nobody checked.
         return self._fd
 
     def tell(self) -> int:
         return self._pos
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos}.get(whence)
-        if base is None:
-            base = os.fstat(self._fd).st_size
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos}.get(whence, self._size)
         self._pos = max(0, base + offset)
         return self._pos
 
     def readinto(self, buffer: Any) -> int:
-        data = os.pread(self._fd, len(buffer), self._pos)
+        want = max(0, min(len(buffer), self._size - self._pos))
+        data = os.pread(self._fd, want, self._pos) if want else b""
         buffer[: len(data)] = data
         self._pos += len(data)
         return len(data)

@@ -476,7 +476,15 @@ class Gateway:
     async def _outbound(self, out: Outbound) -> None:
         lock = self._chat_locks.setdefault(out.chat_id, asyncio.Lock())
         async with lock:
-            reply = await self._deliver(out)
+            try:
+                reply = await self._deliver(out)
+            except Exception as exc:  # a bug must not leave the engine waiting for an answer
+                log.exception("outbound %s to %s failed", out.id, out.chat_id)
+                reply = Error(
+                    code=ErrorCode.SEND_FAILED,
+                    message=f"the gateway failed to send it ({type(exc).__name__})",
+                    ref=out.id,
+                )
         await self._send_engine(reply)
 
     async def _deliver(self, out: Outbound) -> Delivered | Error:

@@ -80,6 +80,7 @@ T = TypeVar("T")
 MESSAGE_LIMIT: Final = 2000  # characters of `content` (counted in UTF-16 units: never fewer)
 #: A bot's upload limit per file where the server has no boost (Discord's default).
 UPLOAD_LIMIT: Final = 10 * 1024 * 1024
+UPLOAD_ATTEMPTS: Final = 3
 MAX_COMMANDS: Final = 100  # global slash commands an application may have
 NOT_SERVED_DM: Final = "This assistant is private: ask its owner for access."
 NOT_SERVED_GUILD: Final = "I don't answer in this channel."
@@ -841,6 +842,7 @@ class DiscordChannel:
                 await self._until_sent(
                     f"sending to {chat_id}",
                     functools.partial(post, part, first, last),
+                    attempts=UPLOAD_ATTEMPTS if last and files else None,
                 )
             except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
                 done = f" ({index} of {count} parts delivered)" if index else ""
@@ -886,13 +888,16 @@ class DiscordChannel:
             return False
         return True
 
-    async def _until_sent(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
+    async def _until_sent(
+        self, what: str, make: Callable[[], Awaitable[T]], *, attempts: int | None = None
+    ) -> T:
         """A reply is not dropped for a temporary failure: rate limits (discord.py has
         waited out each 429 it was given), 5xx and network errors are retried with
-        backoff until Discord takes it; 4xx errors are final."""
+        backoff until Discord takes it; 4xx errors are final. A message with files gets
+        `attempts` tries (each sends the files again; later replies wait behind it)."""
         return await retry(
             make,
-            attempts=None,
+            attempts=attempts,
             backoff=self._backoff,
             retryable=_transient,
             log=log,

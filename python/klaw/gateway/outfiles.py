@@ -13,6 +13,8 @@ from __future__ import annotations
 import mimetypes
 import os
 import posixpath
+import re
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +24,9 @@ from klaw.fsutil import human_size
 from klaw.gateway.channel import OutFile
 from klaw.wire.protocol import Attachment
 
-__all__ = ["FileRefused", "close_files", "open_files"]
+__all__ = ["FileRefused", "close_files", "open_files", "shown_name"]
+
+_MIME = re.compile(r"[A-Za-z0-9][\w.+-]*/[\w.+-]+")
 
 
 class FileRefused(KlawError):
@@ -41,11 +45,13 @@ def open_files(
                 fd, size, rel = space.open_file(att.path)
             except ToolError as exc:
                 raise FileRefused(str(exc)) from None
-            name = att.name or posixpath.basename(rel)
+            except (OSError, ValueError) as exc:  # the workspace itself is gone or unreadable
+                raise FileRefused(f"{att.path!r} cannot be opened: {exc}") from None
+            name = shown_name(att.name or posixpath.basename(rel))
             files.append(
                 OutFile(
                     name=name,
-                    mime=att.mime or mimetypes.guess_type(name)[0] or "application/octet-stream",
+                    mime=_mime(att.mime, name),
                     size=size,
                     fd=fd,
                     path=str(Path(space.root, rel)),
@@ -62,6 +68,19 @@ def open_files(
         close_files(files)
         raise
     return files
+
+
+def shown_name(name: str) -> str:
+    """The name the user sees, without control characters: a model can make a file
+    named ``a\nb.txt``, and a line break in a multipart header is refused (or worse)."""
+    cleaned = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C").strip()
+    return cleaned[:255] or "file"
+
+
+def _mime(declared: str | None, name: str) -> str:
+    if declared and _MIME.fullmatch(declared):
+        return declared
+    return mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
 def close_files(files: Sequence[OutFile]) -> None:

@@ -56,7 +56,7 @@ from klaw.gateway.channel import (
     message_in,
     platform_id,
 )
-from klaw.gateway.tgformat import split_message, to_html, visible_text
+from klaw.gateway.tgformat import split_message, to_html, utf16_len, visible_text
 from klaw.gateway.tgstream import telegram_previews
 from klaw.retry import Backoff, retry
 from klaw.wire.protocol import Attachment, Quote
@@ -79,6 +79,7 @@ FILE_TOO_LARGE: Final = "file_too_large"
 PHOTO_UPLOAD_LIMIT: Final = 10 * 1024 * 1024
 CAPTION_LIMIT: Final = 1024
 UPLOAD_BYTES_PER_S: Final = 64 * 1024
+UPLOAD_ATTEMPTS: Final = 3
 # What a message carries: the first of these fields it has (in the order aiogram's
 # `Message.content_type` checks them: an animation also has a document, a venue a
 # location). Text, photo and document are passed on; the rest is content a user sent that
@@ -564,7 +565,8 @@ class TelegramChannel:
         """
         chat = self._platform_chat(chat_id)
         caption = ""
-        if len(files) == 1 and reply_to is None and text.strip() and len(text) <= CAPTION_LIMIT:
+        short = text.strip() and utf16_len(text) <= CAPTION_LIMIT  # Telegram counts UTF-16
+        if len(files) == 1 and reply_to is None and short:
             caption, text = text, ""
         await self._send_text(chat_id, chat, text, reply_to)
         reply = message_in(chat_id, reply_to) if not text.strip() else None
@@ -611,7 +613,11 @@ class TelegramChannel:
 
         for fields in attempts:
             try:
-                await self._call(method, functools.partial(upload, fields), until_sent=True)
+                # Bounded, unlike a text reply: each try sends the whole file again, and the
+                # chat's later replies wait behind it. The engine hears of the failure.
+                await self._call(
+                    method, functools.partial(upload, fields), attempts=UPLOAD_ATTEMPTS
+                )
                 return
             except BotApiBadRequest as exc:
                 if fields is attempts[-1] or "can't parse entities" not in exc.description.lower():
@@ -742,12 +748,18 @@ class TelegramChannel:
     # ------------------------------------------------------------------ helpers
 
     async def _call(
-        self, what: str, make: Callable[[], Awaitable[T]], *, until_sent: bool = False
+        self,
+        what: str,
+        make: Callable[[], Awaitable[T]],
+        *,
+        until_sent: bool = False,
+        attempts: int | None = None,
     ) -> T:
         """Runs one API call, retrying 429s and network/server errors.
 
         Most calls get `attempts` tries, and a 429 longer than `max_retry_after` fails at
-        once. A reply (`until_sent`) is never dropped for a temporary error: it is retried
+        once (`attempts` overrides the count). A reply (`until_sent`) is never dropped for a
+        temporary error: it is retried
         until Telegram takes it, waiting out any `retry_after` however long and backing
         off to `max_backoff` between network or 5xx failures; only a permanent error
         (403 blocked, 400 chat not found...) ends it.
@@ -758,7 +770,7 @@ class TelegramChannel:
 
         return await retry(
             make,
-            attempts=None if until_sent else self._attempts,
+            attempts=None if until_sent else (attempts or self._attempts),
             backoff=self._retry_backoff,
             retryable=lambda exc: isinstance(
                 exc, BotApiRetryAfter | BotApiNetworkError | BotApiServerError

@@ -170,6 +170,9 @@ def map_settings(home: Home) -> Settings:
             # The reply's reserve comes out of the budget: keep three quarters for input.
             budget = entry.get("contextBudget", CONTEXT_BUDGET_CAP)
             entry["maxTokens"] = max(1, min(max_tokens, budget // 4))
+        kinds = meta.get("input")
+        if isinstance(kinds, list) and "image" in kinds:
+            entry["vision"] = True  # OpenClaw's input: ["text", "image"]
         s.models[ref] = entry
         s.model_map[ref] = ref
     # the raw refs (aliases, unnormalised) map as their resolved form

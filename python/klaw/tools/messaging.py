@@ -40,6 +40,8 @@ MAX_FILE_BYTES = 50 * 1024 * 1024
 MAX_FILES = 10  # Discord's limit per message
 DELIVERY_TIMEOUT_S = 30.0
 UPLOAD_BYTES_PER_S = 64 * 1024  # a slow home uplink: the time a big file may take
+UPLOAD_ATTEMPTS = 3
+UPLOAD_TIMEOUT_S = 60.0  # a Bot API call's own timeout, before the bytes
 
 
 class Deliver(Protocol):
@@ -174,8 +176,13 @@ class SendFile(Tool):
                 **({"from_chat": self._source} if self._source else {}),
             },
         )
-        total = sum(f.size or 0 for f in files)
-        timeout = DELIVERY_TIMEOUT_S + total / UPLOAD_BYTES_PER_S
+        # As long as the gateway may take: each file gets up to 3 tries of a minute plus
+        # its bytes at a slow uplink (klaw.gateway.telegram/discord UPLOAD_ATTEMPTS),
+        # one file after another. Giving up sooner would tell the model "maybe not sent"
+        # about a file still on its way, and a second try would send it twice.
+        timeout = DELIVERY_TIMEOUT_S + sum(
+            UPLOAD_ATTEMPTS * (UPLOAD_TIMEOUT_S + (f.size or 0) / UPLOAD_BYTES_PER_S) for f in files
+        )
         await _deliver_and_store(self._deliver, self._memory, out, timeout)
         sent = ", ".join(f"{f.path} ({human_size(f.size or 0)})" for f in files)
         return f"Sent {sent} to {chat_id}."
