@@ -6,7 +6,7 @@ import asyncio
 import email.utils
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -73,6 +73,30 @@ class HttpClient:
 
     def _error(self, response: httpx.Response, raw: bytes, model: str) -> ProviderError:
         return http_error(response, raw, provider=self.provider, model=model, secret=self._api_key)
+
+    async def _events(
+        self, path: str, body: dict[str, Any], model: str, params: dict[str, str] | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """POST `body` and yield the JSON objects of the SSE answer (call inside
+        `_guard`, and close the iterator: `contextlib.aclosing`). An HTTP error status is
+        the usual `ProviderError`; an event that is not JSON is a `MalformedResponse`;
+        OpenAI's `[DONE]` ends the stream; JSON that is not an object is skipped."""
+        async with self._http.stream("POST", path, params=params, json=body) as response:
+            if response.status_code >= 400:
+                raise self._error(response, await response.aread(), model)
+            async for data in sse_events(response):
+                if data == "[DONE]":
+                    return
+                try:
+                    event = json.loads(data)
+                except ValueError as exc:
+                    raise MalformedResponse(
+                        f"stream event is not JSON: {data[:80]!r}",
+                        provider=self.provider,
+                        model=model,
+                    ) from exc
+                if isinstance(event, dict):
+                    yield event
 
 
 def redact(text: str, secret: str | None) -> str:

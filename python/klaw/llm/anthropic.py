@@ -18,11 +18,12 @@ shorter answer.
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 from typing import Any
 
 import httpx
 
-from klaw.llm._http import HttpClient, parse_json, redact, sse_events
+from klaw.llm._http import HttpClient, parse_json, redact
 from klaw.llm.errors import MalformedResponse, ProviderError
 from klaw.llm.types import (
     DeltaCallback,
@@ -94,20 +95,8 @@ class AnthropicClient(HttpClient):
     ) -> LlmResponse:
         model = request.model
         acc = _StreamedMessage()
-        async with self._http.stream("POST", "messages", json=body) as response:
-            if response.status_code >= 400:
-                raise self._error(response, await response.aread(), model)
-            async for data in sse_events(response):
-                try:
-                    event = json.loads(data)
-                except ValueError as exc:
-                    raise MalformedResponse(
-                        f"stream event is not JSON: {data[:80]!r}",
-                        provider=self.provider,
-                        model=model,
-                    ) from exc
-                if not isinstance(event, dict):
-                    continue
+        async with aclosing(self._events("messages", body, model)) as events:
+            async for event in events:
                 if event.get("type") == "error":
                     raise self._stream_error(event, model)
                 text = acc.add(event)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import aclosing
 from typing import Any
 from urllib.parse import quote
 
@@ -37,7 +38,6 @@ from klaw.llm._http import (
     http_error,
     parse_json,
     redact,
-    sse_events,
 )
 from klaw.llm.errors import ContentBlocked, MalformedResponse, ProviderError
 from klaw.llm.types import (
@@ -153,20 +153,8 @@ class GeminiClient(HttpClient):
     ) -> LlmResponse:
         acc = _Accumulator(self.provider, request.model, self._api_key)
         path = _path(request.model, "streamGenerateContent")
-        async with self._http.stream("POST", path, params={"alt": "sse"}, json=body) as response:
-            if response.status_code >= 400:
-                raise self._error(response, await response.aread(), request.model)
-            async for data in sse_events(response):
-                try:
-                    chunk = json.loads(data)
-                except ValueError as exc:
-                    raise MalformedResponse(
-                        f"stream event is not JSON: {data[:80]!r}",
-                        provider=self.provider,
-                        model=request.model,
-                    ) from exc
-                if not isinstance(chunk, dict):
-                    continue
+        async with aclosing(self._events(path, body, request.model, {"alt": "sse"})) as events:
+            async for chunk in events:
                 text = acc.add(chunk)
                 if text and on_delta is not None:
                     await on_delta(text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,6 @@ from klaw.llm._http import (
     HttpClient,
     parse_json,
     redact,
-    sse_events,
 )
 from klaw.llm.errors import MalformedResponse, ProviderError
 from klaw.llm.types import (
@@ -103,22 +103,8 @@ class OpenAICompatClient(HttpClient):
         self, request: LlmRequest, body: dict[str, Any], on_delta: DeltaCallback | None
     ) -> LlmResponse:
         acc = _StreamAccumulator()
-        async with self._http.stream("POST", "chat/completions", json=body) as response:
-            if response.status_code >= 400:
-                raise self._error(response, await response.aread(), request.model)
-            async for data in sse_events(response):
-                if data == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(data)
-                except ValueError as exc:
-                    raise MalformedResponse(
-                        f"stream event is not JSON: {data[:80]!r}",
-                        provider=self.provider,
-                        model=request.model,
-                    ) from exc
-                if not isinstance(chunk, dict):
-                    continue
+        async with aclosing(self._events("chat/completions", body, request.model)) as events:
+            async for chunk in events:
                 text = acc.add(chunk)
                 if text and on_delta is not None:
                     await on_delta(text)
