@@ -3,10 +3,11 @@ the same multipart request with the file read into memory first (the baseline, i
 same run).
 
 The fake Bot API of the tests runs in this process; each upload runs in a process of its
-own (`upload_probe.py`), which reports how long the upload took and how far it raised its
-peak RSS. The bar (asserted): streaming raises the gateway's peak by at most 16 MB for a
-50 MB file, so a big file cannot push the gateway past `service.memoryMax`. The time is
-reported: over loopback both are bound by the fake server, not the network.
+own (`upload_probe.py`), which reports how long the upload took (the timed figure) and
+how far it raised its peak RSS. The bar (asserted): streaming raises the gateway's peak
+by at most 16 MB for a 50 MB file, so a big file cannot push the gateway past
+`service.memoryMax`. Over loopback the times say what each costs in CPU, not what a
+home uplink allows.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,10 +69,16 @@ def _measure(
         return float(took), int(rise)
 
     samples: list[tuple[float, int]] = []
+    outside = [0.0]  # the probe's start-up and imports: not part of the upload
 
     def run() -> None:
+        start = time.perf_counter()
         samples.append(loop.run_until_complete(probe()))
+        outside[0] += time.perf_counter() - start - samples[-1][0]
 
+    # The timed figure is the upload as the probe clocked it (as test_bench_engine
+    # leaves the model's time out of its own).
+    benchmark._timer = lambda: time.perf_counter() - outside[0]
     benchmark.pedantic(run, rounds=ROUNDS, iterations=1)
     rise_mb = max(r for _, r in samples) / 1024
     info = {

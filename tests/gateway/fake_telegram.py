@@ -702,15 +702,8 @@ class FakeTelegram:
         text, visible, parse_mode, entities = self._visible(params)
         if not visible:
             raise _ApiError(400, "Bad Request: message text is empty")
-        reply_to: int | None = None
-        if "reply_parameters" in params:
-            reply = params["reply_parameters"]
-            reply_to = int(reply["message_id"])
-            if reply_to not in chat.message_ids and not reply.get("allow_sending_without_reply"):
-                raise _ApiError(400, "Bad Request: message to be replied not found")
-        message_id = chat.next_message_id
-        chat.next_message_id += 1
-        chat.message_ids.add(message_id)
+        reply_to = self._reply_to(chat, params)
+        message_id = self._new_message_id(chat)
         self.sent.append(
             Sent(
                 chat_id=chat.obj["id"],
@@ -724,12 +717,32 @@ class FakeTelegram:
             )
         )
         self._bump()
+        return self._bot_message(chat, message_id, text=visible)
+
+    def _reply_to(self, chat: _Chat, params: dict[str, Any]) -> int | None:
+        if "reply_parameters" not in params:
+            return None
+        reply = params["reply_parameters"]
+        reply_to = int(reply["message_id"])
+        if reply_to not in chat.message_ids and not reply.get("allow_sending_without_reply"):
+            raise _ApiError(400, "Bad Request: message to be replied not found")
+        return reply_to
+
+    @staticmethod
+    def _new_message_id(chat: _Chat) -> int:
+        message_id = chat.next_message_id
+        chat.next_message_id += 1
+        chat.message_ids.add(message_id)
+        return message_id
+
+    @staticmethod
+    def _bot_message(chat: _Chat, message_id: int, **fields: Any) -> dict[str, Any]:
         return {
             "message_id": message_id,
             "date": int(time.time()),
             "chat": chat.obj,
             "from": {"id": BOT_ID, "is_bot": True, "first_name": "Klaw"},
-            "text": visible,
+            **fields,
         }
 
     async def _m_sendphoto(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -763,12 +776,8 @@ class FakeTelegram:
                 raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
         if utf16_len(visible) > MAX_CAPTION:
             raise _ApiError(400, "Bad Request: message caption is too long")
-        reply_to: int | None = None
-        if "reply_parameters" in params:
-            reply_to = int(params["reply_parameters"]["message_id"])
-        message_id = chat.next_message_id
-        chat.next_message_id += 1
-        chat.message_ids.add(message_id)
+        reply_to = self._reply_to(chat, params)
+        message_id = self._new_message_id(chat)
         self.uploads.append(
             Upload(
                 chat_id=chat.obj["id"],
@@ -784,14 +793,12 @@ class FakeTelegram:
         )
         self._bump()
         media: dict[str, Any] = {"file_id": f"up{message_id}", "file_size": len(data)}
-        return {
-            "message_id": message_id,
-            "date": int(time.time()),
-            "chat": chat.obj,
-            "from": {"id": BOT_ID, "is_bot": True, "first_name": "Klaw"},
-            field_name: [media] if method == "sendPhoto" else media,
+        return self._bot_message(
+            chat,
+            message_id,
+            **{field_name: [media] if method == "sendPhoto" else media},
             **({"caption": visible} if visible else {}),
-        }
+        )
 
     def uploads_to(self, chat_id: int) -> list[Upload]:
         return [u for u in self.uploads if u.chat_id == chat_id]

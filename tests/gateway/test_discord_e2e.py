@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +31,9 @@ from klaw.gateway.daemon import DISCORD_CURSOR, build_channels
 from klaw.gateway.daemon import run as run_gateway
 from klaw.gateway.discord import MESSAGE_LIMIT, DiscordChannel
 from klaw.gateway.tgformat import utf16_len
-from klaw.memory import Memory
 from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
-from scripted_llm import FakeLLM, call, engine_config
-
-
-@pytest.fixture
-def config(tmp_path: Path, llm: FakeLLM) -> EngineConfig:
-    return engine_config(tmp_path, llm.url, debounceMs=0)
-
-
-@pytest.fixture
-def open_memory(klaw_home: KlawPaths, backend: Any, config: EngineConfig) -> Callable[[], Memory]:
-    return lambda: Memory.open(paths=klaw_home, config=config, backend=backend)
+from scripted_llm import FakeLLM, call
 
 
 def discord_config(fake: FakeDiscord, allowed: list[int], **discord: Any) -> GatewayConfig:

@@ -24,26 +24,15 @@ from klaw.engine.daemon import run as run_engine
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.gateway.daemon import run as run_gateway
 from klaw.gateway.telegram import TelegramChannel
-from klaw.memory import Memory
 from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import MAX_LINE_BYTES
-from scripted_llm import FakeLLM, call, engine_config, write_engine_yaml
+from scripted_llm import FakeLLM, call, write_engine_yaml
 
 T = 20.0
 OWNER = 100
 CHAT = f"telegram_{OWNER}"
 FAST = GatewayTimings(reconnect_initial_s=0.02, reconnect_max_s=0.2, typing_every_s=0.2)
-
-
-@pytest.fixture
-def config(tmp_path: Path, llm: FakeLLM) -> EngineConfig:
-    return engine_config(tmp_path, llm.url, debounceMs=0)
-
-
-@pytest.fixture
-def open_memory(klaw_home: KlawPaths, backend: Any, config: EngineConfig) -> Callable[[], Memory]:
-    return lambda: Memory.open(paths=klaw_home, config=config, backend=backend)
 
 
 def gateway_config(fake: FakeTelegram, **telegram: Any) -> GatewayConfig:

@@ -17,7 +17,15 @@ from fake_discord import FakeDiscord
 from fake_telegram import FakeTelegram
 from test_discord_e2e import discord_config
 from test_discord_e2e import gateway_running as discord_gateway
-from test_gateway_e2e import CHAT, OWNER, T, _until, engine_running, gateway_running, log_lines
+from test_gateway_e2e import (
+    CHAT,
+    OWNER,
+    T,
+    _until,
+    engine_running,
+    gateway_running,
+    log_lines,
+)
 from test_gateway_replay import RecordingEngine
 
 from klaw.config import EngineConfig, GatewayConfig
@@ -27,24 +35,13 @@ from klaw.gateway.console import ConsoleChannel
 from klaw.gateway.core import Gateway
 from klaw.gateway.discord import UPLOAD_LIMIT
 from klaw.gateway.telegram import TelegramChannel
-from klaw.memory import Memory
 from klaw.paths import KlawPaths
 from klaw.tools.base import ToolError
 from klaw.tools.messaging import SendFile
 from klaw.wire.console import Reply, decode_console
 from klaw.wire.protocol import Attachment, Delivered, Error, ErrorCode, Outbound, encode
 from pictures import png
-from scripted_llm import FakeLLM, call, engine_config
-
-
-@pytest.fixture
-def config(tmp_path: Path, llm: FakeLLM) -> EngineConfig:
-    return engine_config(tmp_path, llm.url, debounceMs=0)
-
-
-@pytest.fixture
-def open_memory(klaw_home: KlawPaths, backend: Any, config: EngineConfig) -> Any:
-    return lambda: Memory.open(paths=klaw_home, config=config, backend=backend)
+from scripted_llm import FakeLLM, call
 
 
 def args(**kw: Any) -> str:
@@ -362,19 +359,21 @@ def out_file(tmp_path: Path) -> Iterator[Any]:
         os.close(f.fd)
 
 
+def _telegram(fake: FakeTelegram, tmp_path: Path) -> TelegramChannel:
+    cfg = GatewayConfig.model_validate(
+        {"channels": {"telegram": {"token": fake.token, "apiServer": fake.url}}}
+    )
+    return TelegramChannel(
+        cfg.channels.telegram, tmp_path / "inbox", backoff=0.01, max_backoff=0.05
+    )
+
+
 async def test_telegram_sends_a_photo_it_cannot_show_as_a_document_and_retries_uploads(
     fake_telegram: FakeTelegram, tmp_path: Path, out_file: Any
 ) -> None:
     fake = fake_telegram
     fake.add_chat(OWNER)
-    channel = TelegramChannel(
-        GatewayConfig.model_validate(
-            {"channels": {"telegram": {"token": fake.token, "apiServer": fake.url}}}
-        ).channels.telegram,
-        tmp_path / "inbox",
-        backoff=0.01,
-        max_backoff=0.05,
-    )
+    channel = _telegram(fake, tmp_path)
     not_png = out_file("scan.png", b"not really a PNG" * 20_000, "image/png")
     data = bytes(range(256)) * 1000
     archive = out_file("backup.tar.gz", data, "application/gzip")
@@ -402,14 +401,7 @@ async def test_telegram_counts_a_caption_in_utf16_and_tries_an_upload_three_time
 ) -> None:
     fake = fake_telegram
     fake.add_chat(OWNER)
-    channel = TelegramChannel(
-        GatewayConfig.model_validate(
-            {"channels": {"telegram": {"token": fake.token, "apiServer": fake.url}}}
-        ).channels.telegram,
-        tmp_path / "inbox",
-        backoff=0.01,
-        max_backoff=0.05,
-    )
+    channel = _telegram(fake, tmp_path)
     photo = out_file("a.png", png(8, 8), "image/png")
     doc = out_file("b.txt", b"b", "text/plain")
     smiles = "🙂" * 600  # 600 characters but 1,200 UTF-16 units: too long for a caption
@@ -473,12 +465,7 @@ async def test_telegram_caption_with_bad_html_goes_plain(
 ) -> None:
     fake = fake_telegram
     fake.add_chat(OWNER)
-    channel = TelegramChannel(
-        GatewayConfig.model_validate(
-            {"channels": {"telegram": {"token": fake.token, "apiServer": fake.url}}}
-        ).channels.telegram,
-        tmp_path / "inbox",
-    )
+    channel = _telegram(fake, tmp_path)
     photo = out_file("a.png", png(8, 8), "image/png")
     fake.fail("sendPhoto", status=400, description="Bad Request: can't parse entities: x")
     try:

@@ -7,10 +7,8 @@ nothing and doubles nothing."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
-import pytest
 from fake_telegram import TOKEN, FakeTelegram
 from test_gateway_e2e import (
     CHAT,
@@ -23,24 +21,13 @@ from test_gateway_e2e import (
 )
 
 from klaw.config import EngineConfig, GatewayConfig
-from klaw.memory import Memory
 from klaw.paths import KlawPaths
-from scripted_llm import FakeLLM, engine_config
+from scripted_llm import FakeLLM
 
 GROUP = -1001
 GROUP_CHAT = f"telegram_{GROUP}"
 REPLY = ["Tomatoes want ", "water every ", "evening, cucumbers ", "every other day."]
 WHOLE = "".join(REPLY)
-
-
-@pytest.fixture
-def config(tmp_path: Path, llm: FakeLLM) -> EngineConfig:
-    return engine_config(tmp_path, llm.url, debounceMs=0)
-
-
-@pytest.fixture
-def open_memory(klaw_home: KlawPaths, backend: Any, config: EngineConfig) -> Any:
-    return lambda: Memory.open(paths=klaw_home, config=config, backend=backend)
 
 
 def streaming_config(fake: FakeTelegram, streaming: bool = True) -> GatewayConfig:

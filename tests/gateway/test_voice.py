@@ -18,9 +18,8 @@ from test_gateway_e2e import OWNER, T, _until, engine_running, gateway_running, 
 
 from klaw.config import EngineConfig, GatewayConfig
 from klaw.gateway.voice import FAILED, NOT_CONFIGURED
-from klaw.memory import Memory
 from klaw.paths import KlawPaths
-from scripted_llm import FakeLLM, engine_config
+from scripted_llm import FakeLLM
 
 WORDS = "Полить помидоры вечером, огурцы через день."
 KEY = "sk-transcribe-test"
@@ -70,16 +69,6 @@ async def transcriber() -> AsyncIterator[FakeTranscriber]:
     await server.start()
     yield server
     await server.close()
-
-
-@pytest.fixture
-def config(tmp_path: Path, llm: FakeLLM) -> EngineConfig:
-    return engine_config(tmp_path, llm.url, debounceMs=0)
-
-
-@pytest.fixture
-def open_memory(klaw_home: KlawPaths, backend: Any, config: EngineConfig) -> Any:
-    return lambda: Memory.open(paths=klaw_home, config=config, backend=backend)
 
 
 def voice_config(fake: FakeTelegram, transcription: dict[str, Any]) -> GatewayConfig:
