@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -935,21 +935,38 @@ def _read(path: Path) -> str | None:
         raise ConfigError(str(path), [f"{path}: cannot read: {exc}"]) from exc
 
 
-def _engine_optional(cfg: EngineConfig, loc: Loc) -> bool:
+#: The keys that hold secrets, per file: (path, default variable). "*" in a path is any
+#: name, "{name}" in the variable that name in upper case. The one list behind two
+#: rules: an unset `${VAR}` there means "off", not an error (below), and `klaw backup`
+#: writes a `${VAR}` in place of a key in clear (klaw.backup.redact).
+SECRET_KEYS: Final[dict[str, tuple[tuple[tuple[str, ...], str], ...]]] = {
     # A provider whose key variable is unset is simply not callable (Ollama needs none;
     # the router and doctor report it), so `make run` with no keys still works.
-    return len(loc) == 3 and loc[0] == "providers" and loc[2] == "apiKey"
+    "engine.yaml": ((("providers", "*", "apiKey"), "{name}_API_KEY"),),
+    # A channel runs only once its token variable is set (a fresh install chats on the
+    # console); an enabled channel without one is off, and `klaw doctor` says so. A
+    # transcription key may be unset (a local server needs none).
+    "gateway.yaml": (
+        (("channels", "*", "token"), "{name}_BOT_TOKEN"),
+        (("transcription", "apiKey"), "TRANSCRIPTION_API_KEY"),
+    ),
+}
+
+
+def is_secret_key(file: str, loc: Loc) -> bool:
+    """Whether `loc` is one of `file`'s SECRET_KEYS."""
+    return any(
+        len(loc) == len(path) and all(p in ("*", part) for p, part in zip(path, loc, strict=True))
+        for path, _ in SECRET_KEYS.get(file, ())
+    )
+
+
+def _engine_optional(cfg: EngineConfig, loc: Loc) -> bool:
+    return is_secret_key("engine.yaml", loc)
 
 
 def _gateway_optional(cfg: GatewayConfig, loc: Loc) -> bool:
-    # A channel runs only once its token variable is set (a fresh install chats on the
-    # console); an enabled channel without one is off, and `klaw doctor` says so.
-    # A transcription key may be unset (a local server needs none).
-    return loc in (
-        ("channels", "telegram", "token"),
-        ("channels", "discord", "token"),
-        ("transcription", "apiKey"),
-    )
+    return is_secret_key("gateway.yaml", loc)
 
 
 def _with_workspace(env: Mapping[str, str], data: Any) -> dict[str, str]:

@@ -513,6 +513,12 @@ def test_keys_in_clear_become_references_and_the_file_still_loads(tmp_path: Path
     block = "channels:\n  telegram:\n    token: |\n      " + TOKEN + "\n    enabled: true\n"
     clean, found = redact("gateway.yaml", block)
     assert TOKEN not in clean and found[0].variable == "TELEGRAM_BOT_TOKEN"
+    # The transcription key too: every key klaw.config.SECRET_KEYS names.
+    voice = f"transcription:\n  endpoint: https://stt\n  apiKey: {KEY}\n"
+    clean, found = redact("gateway.yaml", voice)
+    assert KEY not in clean and [(r.key, r.variable) for r in found] == [
+        ("transcription.apiKey", "TRANSCRIPTION_API_KEY")
+    ]
     with pytest.raises(Unsafe):
         redact("engine.yaml", "providers: [unclosed\n")
 

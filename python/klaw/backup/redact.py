@@ -1,9 +1,10 @@
 """Keys out of engine.yaml and gateway.yaml before they go into a backup.
 
-A secret written in clear (a provider's `apiKey`, a channel's `token`) is replaced in the
-text by a `${VAR}` reference, so the file keeps its comments and layout and still loads
-(an unset key means "off"). Values that already are a plain `${VAR}` stay. The result is
-parsed again and checked; a file that cannot be made safe is left out instead.
+A secret written in clear (a provider's `apiKey`, a channel's `token`, the transcription
+`apiKey`: `klaw.config.SECRET_KEYS`) is replaced in the text by a `${VAR}` reference, so
+the file keeps its comments and layout and still loads (an unset key means "off").
+Values that already are a plain `${VAR}` stay. The result is parsed again and checked; a
+file that cannot be made safe is left out instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Final
 import yaml
 
 from klaw.backup.archive import Redaction
+from klaw.config import SECRET_KEYS
 
 _REFERENCE: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME_IN: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
@@ -50,17 +52,27 @@ def _entries(node: yaml.Node | None) -> Iterator[tuple[str, yaml.Node]]:
 
 
 def _secrets(file: str, root: yaml.Node | None) -> Iterator[tuple[str, str, yaml.Node]]:
-    """(dotted key, default variable, value node) of every secret slot in the file."""
-    if file == "engine.yaml":
-        for name, provider in _entries(_child(root, "providers")):
-            node = _child(provider, "apiKey")
-            if node is not None:
-                yield f"providers.{name}.apiKey", f"{_env_name(name)}_API_KEY", node
-    elif file == "gateway.yaml":
-        for name, channel in _entries(_child(root, "channels")):
-            node = _child(channel, "token")
-            if node is not None:
-                yield f"channels.{name}.token", f"{_env_name(name)}_BOT_TOKEN", node
+    """(dotted key, default variable, value node) of every secret slot in the file
+    (`klaw.config.SECRET_KEYS`)."""
+    for path, variable in SECRET_KEYS.get(file, ()):
+        yield from _slots(root, path, variable, ())
+
+
+def _slots(
+    node: yaml.Node | None, path: tuple[str, ...], variable: str, done: tuple[str, ...]
+) -> Iterator[tuple[str, str, yaml.Node]]:
+    if node is None:
+        return
+    if not path:
+        yield ".".join(done), variable, node
+        return
+    head, rest = path[0], path[1:]
+    if head != "*":
+        yield from _slots(_child(node, head), rest, variable, (*done, head))
+        return
+    for name, child in _entries(node):
+        named = variable.replace("{name}", _env_name(name))
+        yield from _slots(child, rest, named, (*done, name))
 
 
 def _compose(text: str) -> yaml.Node | None:
