@@ -171,7 +171,10 @@ class _StreamedMessage:
         self.message: dict[str, Any] = {"content": [], "usage": {}}
         self.stopped = False
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._json: dict[int, str] = {}  # a tool_use block's input, as JSON text so far
+        # A block's streamed fields in pieces, joined when it closes (adding each delta
+        # to a string would copy the whole answer so far at every delta): "text",
+        # "thinking", and "input" (a tool_use block's input as JSON text).
+        self._parts: dict[int, dict[str, list[str]]] = {}
 
     def add(self, event: dict[str, Any]) -> str:
         """Fold one event in; returns its text delta ('' for any other event)."""
@@ -183,8 +186,7 @@ class _StreamedMessage:
         elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
             block = dict(event["content_block"])
             index = _index(event, len(self._blocks))
-            if block.get("type") == "tool_use":
-                self._json[index] = ""
+            self._parts[index] = {"input": []} if block.get("type") == "tool_use" else {}
             self._blocks[index] = block
         elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
             return self._delta(_index(event, len(self._blocks) - 1), event["delta"])
@@ -196,32 +198,39 @@ class _StreamedMessage:
                 self.message["stop_reason"] = delta["stop_reason"]
             self._usage(event.get("usage"))
         elif kind == "message_stop":
-            for index in list(self._json):
+            for index in list(self._parts):
                 self._close(index)
             self.message["content"] = [b for _, b in sorted(self._blocks.items())]
             self.stopped = True
         return ""  # ping and event types added later carry nothing we need
 
     def _delta(self, index: int, delta: dict[str, Any]) -> str:
-        block = self._blocks.get(index)
-        if block is None:
+        block, parts = self._blocks.get(index), self._parts.get(index)
+        if block is None or parts is None:
             return ""
         kind = delta.get("type")
         if kind == "text_delta":
             text = str(delta.get("text") or "")
-            block["text"] = str(block.get("text") or "") + text
+            parts.setdefault("text", [str(block.get("text") or "")]).append(text)
             return text
-        if kind == "input_json_delta" and index in self._json:
-            self._json[index] += str(delta.get("partial_json") or "")
+        if kind == "input_json_delta" and "input" in parts:
+            parts["input"].append(str(delta.get("partial_json") or ""))
         elif kind == "thinking_delta":
-            block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking") or "")
+            thinking = str(delta.get("thinking") or "")
+            parts.setdefault("thinking", [str(block.get("thinking") or "")]).append(thinking)
         return ""
 
     def _close(self, index: int) -> None:
-        raw = self._json.pop(index, None)
+        parts = self._parts.pop(index, None)
         block = self._blocks.get(index)
-        if raw is None or block is None:
+        if parts is None or block is None:
             return
+        for name in ("text", "thinking"):
+            if name in parts:
+                block[name] = "".join(parts[name])
+        if "input" not in parts:
+            return
+        raw = "".join(parts["input"])
         try:
             # An empty input streams no JSON at all: the call takes no arguments.
             block["input"] = json.loads(raw) if raw.strip() else {}
@@ -285,7 +294,7 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {
             "type": "image",
-            "source": {"type": "base64", "media_type": i.mime, "data": i.base64()},
+            "source": {"type": "base64", "media_type": i.mime, "data": i.base64},
         }
         for i in m.images
     ]

@@ -437,7 +437,7 @@ def _parts(m: Message, names: dict[str, str]) -> list[dict[str, Any]]:
         return [{"functionResponse": response}]
     parts: list[dict[str, Any]] = [
         # Images before the text, as Google advises for image prompts.
-        {"inlineData": {"mimeType": image.mime, "data": image.base64()}}
+        {"inlineData": {"mimeType": image.mime, "data": image.base64}}
         for image in m.images
     ]
     if m.content:

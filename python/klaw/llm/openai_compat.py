@@ -236,7 +236,7 @@ def _wire_message(m: Message) -> dict[str, Any]:
         # Content parts only when there is an image: some compatible servers take
         # nothing but a string.
         parts: list[dict[str, Any]] = [
-            {"type": "image_url", "image_url": {"url": f"data:{i.mime};base64,{i.base64()}"}}
+            {"type": "image_url", "image_url": {"url": f"data:{i.mime};base64,{i.base64}"}}
             for i in m.images
         ]
         if m.content:

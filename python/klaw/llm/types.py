@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -68,7 +69,10 @@ class ImagePart:
     mime: str
     data: bytes = field(repr=False)
 
+    @functools.cached_property
     def base64(self) -> str:
+        """The data as base64 text, encoded once: every tool round and every retry of a
+        turn sends the same images again (up to 4 × 3.75 MB)."""
         return base64.b64encode(self.data).decode("ascii")
 
 
