@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,7 +28,9 @@ __all__ = [
     "Incoming",
     "OnMessage",
     "OutFile",
+    "display_name",
     "platform_id",
+    "storable",
 ]
 
 
@@ -213,3 +217,21 @@ def message_in(chat_id: str, inbound_id: str | None) -> int | None:
         if tail.isascii() and tail.isdigit():
             return int(tail)
     return None
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")  # a lone one: pairs are joined by json.loads
+
+
+def storable(text: str) -> str:
+    """`text` with U+FFFD for each lone surrogate (JSON allows "\\ud800"): one cannot be
+    written as UTF-8, and a message must stay storable, not fail forever."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def display_name(name: str | None) -> str | None:
+    """A name (a sender's, a file's) without control characters, at most 255 of them; None
+    when nothing is left. A line break in a name would break a log line or a header."""
+    if not name:
+        return None
+    cleaned = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")
+    return cleaned[:255] or None

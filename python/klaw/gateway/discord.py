@@ -41,7 +41,6 @@ import functools
 import json
 import logging
 import re
-import unicodedata
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,8 +61,10 @@ from klaw.gateway.channel import (
     Incoming,
     OnMessage,
     OutFile,
+    display_name,
     message_in,
     platform_id,
+    storable,
 )
 from klaw.gateway.previews import DraftsRefused, PreviewStreams
 from klaw.gateway.telegram import FILE_TOO_LARGE, STORAGE_NOTICE, safe_filename
@@ -89,7 +90,6 @@ _COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:\s+(.*))?", re.DOTALL)
 _USER_MENTION = re.compile(r"<@!?([0-9]+)>")
 _ROLE_MENTION = re.compile(r"<@&([0-9]+)>")
 _CHANNEL_MENTION = re.compile(r"<#([0-9]+)>")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 # Errors of the gateway's own storage (logs, buffer, inbox): waiting is the only cure.
 _STORAGE_ERRNOS: Final = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES, errno.EPERM}
@@ -609,7 +609,7 @@ class DiscordChannel:
         if not dm and not _addressed(message, me.id):
             log.debug("discord: %s is not addressed to the bot", ident)
             return None
-        text = _clean(_text(message, me.id))
+        text = storable(_text(message, me.id))
         unsupported: str | None = None
         attachments: list[Attachment] = []
         if message.poll is not None:
@@ -1035,21 +1035,13 @@ def _quote(message: discord.Message) -> Quote | None:
         return Quote(
             id=f"discord_{channel}_{resolved.id}",
             sender=str(resolved.author.id),
-            content=_clean(resolved.content),
+            content=storable(resolved.content),
         )
     return Quote(id=f"discord_{channel}_{ref.message_id}")
 
 
-def _clean(text: str) -> str:
-    """A lone surrogate (JSON allows "\\ud800") cannot be written as UTF-8: U+FFFD in
-    its place keeps the message storable."""
-    return _SURROGATE.sub("\ufffd", text)
-
-
 def _name(text: str) -> str | None:
-    """A display or file name without control characters, for the log's meta."""
-    cleaned = "".join(ch for ch in _clean(text) if unicodedata.category(ch)[0] != "C")
-    return cleaned[:255] or None
+    return display_name(storable(text))
 
 
 def _command_payload(name: str, description: str) -> dict[str, Any]:

@@ -14,14 +14,13 @@ import mimetypes
 import os
 import posixpath
 import re
-import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
 from klaw.confined import Confined
 from klaw.errors import KlawError, ToolError
 from klaw.fsutil import human_size
-from klaw.gateway.channel import OutFile
+from klaw.gateway.channel import OutFile, display_name
 from klaw.wire.protocol import Attachment
 
 __all__ = ["FileRefused", "close_files", "open_files", "shown_name"]
@@ -73,8 +72,7 @@ def open_files(
 def shown_name(name: str) -> str:
     """The name the user sees, without control characters: a model can make a file
     named ``a\nb.txt``, and a line break in a multipart header is refused (or worse)."""
-    cleaned = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C").strip()
-    return cleaned[:255] or "file"
+    return (display_name(name) or "").strip() or "file"
 
 
 def _mime(declared: str | None, name: str) -> str:

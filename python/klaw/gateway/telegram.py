@@ -53,8 +53,10 @@ from klaw.gateway.channel import (
     Incoming,
     OnMessage,
     OutFile,
+    display_name,
     message_in,
     platform_id,
+    storable,
 )
 from klaw.gateway.tgformat import split_message, to_html, utf16_len, visible_text
 from klaw.gateway.tgstream import telegram_previews
@@ -122,7 +124,6 @@ STORAGE_NOTICE: Final = (
 )
 _GROUP_TYPES: Final = frozenset({"group", "supergroup"})
 _NAME_BYTES: Final = 120  # sanitized name; the "telegram_{chat}_{msg}_" prefix fits in 255
-_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: pairs are joined by json.loads
 
 
 class _Outcome(enum.Enum):
@@ -540,7 +541,7 @@ class TelegramChannel:
         # of a 20 MB file takes a while on an SD card).
         await asyncio.to_thread(replace_durably, partial, target)
         log.debug("telegram: saved %d bytes for %s", size, ident)
-        return Attachment(path=str(target), mime=mime, name=_clean_name(original), size=size)
+        return Attachment(path=str(target), mime=mime, name=display_name(original), size=size)
 
     # ------------------------------------------------------------------ sending
 
@@ -595,34 +596,43 @@ class TelegramChannel:
     async def _upload_captioned(
         self, method: str, field: str, params: Json, f: OutFile, caption: str
     ) -> None:
-        attempts: list[Json] = [params]
-        if caption.strip():
-            html = to_html(caption)
-            plain = {**params, "caption": caption}
-            if visible_text(html).strip():
-                attempts = [{**params, "caption": html, "parse_mode": "HTML"}, plain]
-            else:
-                attempts = [plain]
-        name = _clean_name(f.name) or "file"
         # Time for the bytes at a slow home uplink (~64 KB/s) on top of the usual timeout.
         timeout = self._api.timeout + f.size / UPLOAD_BYTES_PER_S
 
         async def upload(fields: Json) -> None:
-            with f.reader() as data:
-                await self._api.upload(method, fields, field, (name, f.mime, data), timeout=timeout)
+            async def once() -> None:
+                with f.reader() as data:
+                    file = (f.name, f.mime, data)
+                    await self._api.upload(method, fields, field, file, timeout=timeout)
 
-        for fields in attempts:
+            # Bounded, unlike a text reply: each try sends the whole file again, and the
+            # chat's later replies wait behind it. The engine hears of the failure.
+            await self._call(method, once, attempts=UPLOAD_ATTEMPTS)
+
+        if not caption.strip():
+            await upload(params)
+            return
+        await self._formatted(
+            caption,
+            lambda text, mode: upload({**params, "caption": text, "parse_mode": mode}),
+            "caption",
+        )
+
+    async def _formatted(
+        self, text: str, send: Callable[[str, str | None], Awaitable[T]], what: str
+    ) -> T:
+        """`send(text, parse_mode)` with `text` as Telegram HTML, and again as it is if
+        Telegram cannot parse that HTML; only the plain text when the HTML would show
+        nothing (Telegram would call it empty)."""
+        html = to_html(text)
+        if visible_text(html).strip():
             try:
-                # Bounded, unlike a text reply: each try sends the whole file again, and the
-                # chat's later replies wait behind it. The engine hears of the failure.
-                await self._call(
-                    method, functools.partial(upload, fields), attempts=UPLOAD_ATTEMPTS
-                )
-                return
+                return await send(html, "HTML")
             except BotApiBadRequest as exc:
-                if fields is attempts[-1] or "can't parse entities" not in exc.description.lower():
+                if "can't parse entities" not in exc.description.lower():
                     raise
-                log.warning("telegram: caption HTML rejected (%s); plain now", exc.description)
+                log.warning("telegram: %s HTML rejected (%s); as plain text", what, exc.description)
+        return await send(text, None)
 
     async def _send_text(self, chat_id: str, chat: int, text: str, reply_to: str | None) -> None:
         preview = await self._streams.finish(reply_to)
@@ -649,46 +659,29 @@ class TelegramChannel:
     async def _edit_into(self, chat: int, message_id: int, part: str) -> bool:
         """The reply's first part into its preview message; False: send it instead (the
         preview is gone, or too old to edit)."""
-        html = to_html(part)
-        attempts: list[tuple[str, str | None]] = [(part, None)]
-        if visible_text(html).strip():
-            attempts.insert(0, (html, "HTML"))
-        for text, mode in attempts:
-            params = {
-                "chat_id": chat,
-                "message_id": message_id,
-                "text": text,
-                "parse_mode": mode,
-            }
-            try:
-                await self._call(
-                    "editMessageText", functools.partial(self._api.call, "editMessageText", params)
-                )
+
+        async def edit(text: str, mode: str | None) -> None:
+            params = {"chat_id": chat, "message_id": message_id, "text": text, "parse_mode": mode}
+            await self._call(
+                "editMessageText", functools.partial(self._api.call, "editMessageText", params)
+            )
+
+        try:
+            await self._formatted(part, edit, "preview")
+        except BotApiBadRequest as exc:
+            if "not modified" in exc.description.lower():
                 return True
-            except BotApiBadRequest as exc:
-                reason = exc.description.lower()
-                if "not modified" in reason:
-                    return True
-                if "can't parse entities" in reason:
-                    continue
-                log.warning("telegram: could not edit the preview (%s); sending", exc.description)
-                return False
-            except BotApiException as exc:
-                log.warning("telegram: could not edit the preview (%s); sending", exc)
-                return False
-        return False
+            log.warning("telegram: could not edit the preview (%s); sending", exc.description)
+            return False
+        except BotApiException as exc:
+            log.warning("telegram: could not edit the preview (%s); sending", exc)
+            return False
+        return True
 
     async def _send_part(self, chat: int, part: str, reply: Json | None) -> None:
-        html = to_html(part)
-        if visible_text(html).strip():  # else Telegram says "message text is empty"
-            try:
-                await self._send_message(chat, html, "HTML", reply)
-                return
-            except BotApiBadRequest as exc:
-                if "can't parse entities" not in exc.description.lower():
-                    raise
-                log.warning("telegram: HTML rejected (%s); sending as plain text", exc.description)
-        await self._send_message(chat, part, None, reply)
+        await self._formatted(
+            part, lambda text, mode: self._send_message(chat, text, mode, reply), "message"
+        )
 
     async def _send_message(
         self, chat: int, text: str, parse_mode: str | None, reply: Json | None
@@ -836,14 +829,6 @@ def safe_filename(name: str | None, default: str = "file") -> str:
     return (stem or default) + suffix
 
 
-def _clean_name(name: str | None) -> str | None:
-    """The name as the user sent it, without control characters, for display."""
-    if not name:
-        return None
-    cleaned = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")
-    return cleaned[:255] or None
-
-
 def _quote(msg: Json) -> Quote | None:
     reply = _obj(msg, "reply_to_message")
     if reply is None or (
@@ -904,9 +889,7 @@ def _str(obj: Json | None, key: str) -> str | None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        # A lone surrogate (JSON allows "\ud800") cannot be written as UTF-8: keep the
-        # message, with U+FFFD in its place, instead of failing to store it forever.
-        value = _SURROGATE.sub("\ufffd", value)
+        value = storable(value)
     return value
 
 
