@@ -74,9 +74,6 @@ class Incoming:
 
 OnMessage = Callable[[Incoming], Awaitable[None]]
 
-#: What a channel takes per file when it does not say (Telegram's bot upload limit).
-DEFAULT_MAX_UPLOAD_BYTES: Final = 50 * 1024 * 1024
-
 
 @dataclass(frozen=True)
 class OutFile:

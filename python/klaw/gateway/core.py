@@ -98,6 +98,12 @@ class Gateway:
         self.paths = paths
         self.config = config
         self.channels = {c.name: c for c in channels}
+        # Channels that show replies while written (checked once, not at every draft).
+        self._streamers: dict[str, Streaming] = {
+            name: ch
+            for name, ch in self.channels.items()
+            if isinstance(ch, Streaming) and ch.streaming
+        }
         self.timings = timings or GatewayTimings()
         self.buffer = Buffer(paths.gateway_buffer)
         self.logbook = LogBook(paths.conversations)
@@ -195,15 +201,17 @@ class Gateway:
         self.access.note_inbound(inc.chat_id)
         msg = await asyncio.to_thread(self._normalize, inc)
         line = inbound_line(msg)
-        if self.logbook.has(msg.chat_id, line) and msg.id not in self.buffer:
+        buffered = msg.id in self.buffer
+        if self.logbook.has(msg.chat_id, line) and not buffered:
             log.info(
                 "message %s of %s was handled before: not forwarded again", msg.id, msg.chat_id
             )
             return
-        if isinstance(msg, Inbound) and msg.id not in self.buffer:
+        if isinstance(msg, Inbound) and not buffered:
             # Voice notes: the words become the text, the recording stays attached.
-            msg = await self.transcriber.transcribed(msg)
-            line = inbound_line(msg)
+            heard = await self.transcriber.transcribed(msg)
+            if heard is not msg:
+                msg, line = heard, inbound_line(heard)
         await asyncio.to_thread(self._keep, msg, line)
         self._start_typing(msg.channel, msg.chat_id)
         async with self._write_lock:
@@ -352,9 +360,7 @@ class Gateway:
             await asyncio.sleep(backoff.delay(failures))
 
     async def _register(self, lines: LineReader, writer: asyncio.StreamWriter) -> bool:
-        streaming = [
-            name for name, ch in self.channels.items() if isinstance(ch, Streaming) and ch.streaming
-        ]
+        streaming = list(self._streamers)
         writer.write(encode(Register(channels=list(self.channels), streaming=streaming)))
         await writer.drain()
         try:
@@ -463,8 +469,8 @@ class Gateway:
     async def _draft(self, msg: Draft) -> None:
         """A preview of a reply being written: shown, never logged nor buffered. Only for
         chats that may be answered (the outbound that follows is checked the same way)."""
-        channel = self.channels.get(msg.channel)
-        if not isinstance(channel, Streaming) or not channel.streaming:
+        channel = self._streamers.get(msg.channel)
+        if channel is None:
             return
         if not self.access.outbound_allowed(msg.channel, msg.chat_id):
             return

@@ -70,7 +70,7 @@ from klaw.gateway.previews import DraftsRefused, PreviewStreams
 from klaw.gateway.telegram import FILE_TOO_LARGE, STORAGE_NOTICE, safe_filename
 from klaw.gateway.tgformat import split_message
 from klaw.retry import Backoff, retry
-from klaw.wire.protocol import Attachment, Quote
+from klaw.wire.protocol import UPLOAD_ATTEMPTS, Attachment, Quote
 
 __all__ = ["MESSAGE_LIMIT", "DiscordChannel", "DiscordError", "looks_like_token"]
 
@@ -81,7 +81,6 @@ T = TypeVar("T")
 MESSAGE_LIMIT: Final = 2000  # characters of `content` (counted in UTF-16 units: never fewer)
 #: A bot's upload limit per file where the server has no boost (Discord's default).
 UPLOAD_LIMIT: Final = 10 * 1024 * 1024
-UPLOAD_ATTEMPTS: Final = 3
 MAX_COMMANDS: Final = 100  # global slash commands an application may have
 NOT_SERVED_DM: Final = "This assistant is private: ask its owner for access."
 NOT_SERVED_GUILD: Final = "I don't answer in this channel."
@@ -800,7 +799,7 @@ class DiscordChannel:
             parts = parts[1:]
             reply_to = None  # the preview quotes the message already
             if not parts and not files:
-                self._previews.done(key)
+                await self._previews.done(key)
                 return
         pending = self._interactions.pop(reply_to, None) if reply_to else None
         deferred = pending is not None and await pending.acked
@@ -847,7 +846,7 @@ class DiscordChannel:
             except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
                 done = f" ({index} of {count} parts delivered)" if index else ""
                 raise self._send_error(exc, f"sending to {chat_id}{done}") from exc
-        self._previews.done(key)
+        await self._previews.done(key)
         log.debug("discord: sent %d part(s) to %s", count, chat_id)
 
     async def draft(self, chat_id: str, reply_to: str, text: str) -> None:

@@ -10,7 +10,6 @@ refuses the whole message before anything is sent, saying which file and why.
 
 from __future__ import annotations
 
-import mimetypes
 import os
 import posixpath
 import re
@@ -21,7 +20,7 @@ from klaw.confined import Confined
 from klaw.errors import KlawError, ToolError
 from klaw.fsutil import human_size
 from klaw.gateway.channel import OutFile, display_name
-from klaw.wire.protocol import Attachment
+from klaw.wire.protocol import Attachment, mime_of
 
 __all__ = ["FileRefused", "close_files", "open_files", "shown_name"]
 
@@ -76,9 +75,7 @@ def shown_name(name: str) -> str:
 
 
 def _mime(declared: str | None, name: str) -> str:
-    if declared and _MIME.fullmatch(declared):
-        return declared
-    return mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return declared if declared and _MIME.fullmatch(declared) else mime_of(name)
 
 
 def close_files(files: Sequence[OutFile]) -> None:

@@ -135,10 +135,11 @@ class PreviewStreams:
         mark = self._marks.get(key)
         return mark[1] if mark else None
 
-    def done(self, key: str | None) -> None:
-        """The reply to `key` was delivered: its edit mark goes."""
+    async def done(self, key: str | None) -> None:
+        """The reply to `key` was delivered: its edit mark goes (written off the loop:
+        the file is fsynced)."""
         if key is not None and self._marks.pop(key, None) is not None:
-            self._save()
+            await asyncio.to_thread(self._save)
 
     async def close(self) -> None:
         """Stops every preview. A call in flight is let finish (bounded by the HTTP

@@ -48,7 +48,6 @@ from klaw.gateway.botapi import (
     InvalidToken,
 )
 from klaw.gateway.channel import (
-    DEFAULT_MAX_UPLOAD_BYTES,
     ChannelSendError,
     Incoming,
     OnMessage,
@@ -61,7 +60,13 @@ from klaw.gateway.channel import (
 from klaw.gateway.tgformat import split_message, to_html, utf16_len, visible_text
 from klaw.gateway.tgstream import telegram_previews
 from klaw.retry import Backoff, retry
-from klaw.wire.protocol import Attachment, Quote
+from klaw.wire.protocol import (
+    MAX_UPLOAD_BYTES,
+    UPLOAD_ATTEMPTS,
+    UPLOAD_BYTES_PER_S,
+    Attachment,
+    Quote,
+)
 
 __all__ = [
     "FILE_TOO_LARGE",
@@ -77,11 +82,10 @@ Json: TypeAlias = dict[str, Any]  # a Telegram object (Update, Message, User...)
 
 # `Incoming.unsupported` for a photo or document over the size cap.
 FILE_TOO_LARGE: Final = "file_too_large"
-#: Bot API upload limits: 10 MB for a photo, 50 MB for anything else, 1,024 for a caption.
+#: Bot API limits: 10 MB for a photo (50 MB for anything else: MAX_UPLOAD_BYTES), 1,024 for
+#: a caption.
 PHOTO_UPLOAD_LIMIT: Final = 10 * 1024 * 1024
 CAPTION_LIMIT: Final = 1024
-UPLOAD_BYTES_PER_S: Final = 64 * 1024
-UPLOAD_ATTEMPTS: Final = 3
 # What a message carries: the first of these fields it has (in the order aiogram's
 # `Message.content_type` checks them: an animation also has a document, a venue a
 # location). Text, photo and document are passed on; the rest is content a user sent that
@@ -152,7 +156,7 @@ class TelegramChannel:
     """
 
     name = "telegram"
-    max_upload_bytes = DEFAULT_MAX_UPLOAD_BYTES
+    max_upload_bytes = MAX_UPLOAD_BYTES
 
     def __init__(
         self,
@@ -653,7 +657,7 @@ class TelegramChannel:
             except BotApiException as exc:
                 done = f" ({index} of {len(parts)} parts delivered)" if index else ""
                 raise self._send_error(exc, f"sending to {chat_id}{done}") from exc
-        self._streams.done(reply_to)
+        await self._streams.done(reply_to)
         log.debug("telegram: sent %d part(s) to %s", len(parts), chat_id)
 
     async def _edit_into(self, chat: int, message_id: int, part: str) -> bool:

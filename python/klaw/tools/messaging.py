@@ -14,7 +14,6 @@ files as `meta.attachments`), so the target chat's own conversation sees it.
 from __future__ import annotations
 
 import asyncio
-import mimetypes
 import os
 import posixpath
 import re
@@ -26,21 +25,25 @@ from klaw.errors import KlawError
 from klaw.fsutil import human_size
 from klaw.tools.base import Tool, ToolError
 from klaw.wire.loglines import line_row, outbound_line
-from klaw.wire.protocol import Attachment, Outbound
+from klaw.wire.protocol import (
+    MAX_ATTACHMENTS,
+    MAX_UPLOAD_BYTES,
+    UPLOAD_ATTEMPTS,
+    UPLOAD_BYTES_PER_S,
+    Attachment,
+    Outbound,
+    mime_of,
+)
 
 if TYPE_CHECKING:
     from klaw.memory.api import Memory
 
-__all__ = ["MAX_FILE_BYTES", "SendFile", "SendMessage"]
+__all__ = ["SendFile", "SendMessage"]
 
 _CHAT = re.compile(r"^([a-z][a-z0-9]*)_(\S+)$")
 MAX_TEXT = 20_000  # a long message is split by the channel; this bounds a runaway model
 #: The largest file any channel takes (Telegram's 50 MB); the gateway checks its own.
-MAX_FILE_BYTES = 50 * 1024 * 1024
-MAX_FILES = 10  # Discord's limit per message
 DELIVERY_TIMEOUT_S = 30.0
-UPLOAD_BYTES_PER_S = 64 * 1024  # a slow home uplink: the time a big file may take
-UPLOAD_ATTEMPTS = 3
 UPLOAD_TIMEOUT_S = 60.0  # a Bot API call's own timeout, before the bytes
 
 
@@ -133,7 +136,7 @@ class SendFile(Tool):
                 "type": "array",
                 "items": {"type": "string", "minLength": 1, "maxLength": 4096},
                 "minItems": 1,
-                "maxItems": MAX_FILES,
+                "maxItems": MAX_ATTACHMENTS,
             },
             "caption": {"type": "string", "maxLength": MAX_TEXT},
             "chat_id": {"type": "string", "minLength": 3, "maxLength": 200},
@@ -177,7 +180,7 @@ class SendFile(Tool):
             },
         )
         # As long as the gateway may take: each file gets up to 3 tries of a minute plus
-        # its bytes at a slow uplink (klaw.gateway.telegram/discord UPLOAD_ATTEMPTS),
+        # its bytes at a slow uplink (the channels use the same UPLOAD_ATTEMPTS),
         # one file after another. Giving up sooner would tell the model "maybe not sent"
         # about a file still on its way, and a second try would send it twice.
         timeout = DELIVERY_TIMEOUT_S + sum(
@@ -196,14 +199,13 @@ class SendFile(Tool):
             os.close(fd)
             if size == 0:
                 raise ToolError(f"{rel!r} is empty: there is nothing to send")
-            if size > MAX_FILE_BYTES:
+            if size > MAX_UPLOAD_BYTES:
                 raise ToolError(
-                    f"{rel!r} is {human_size(size)}; files over {human_size(MAX_FILE_BYTES)} "
+                    f"{rel!r} is {human_size(size)}; files over {human_size(MAX_UPLOAD_BYTES)} "
                     "cannot be sent"
                 )
             if any(a.path == rel for a in out):
                 continue
             name = posixpath.basename(rel)
-            mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
-            out.append(Attachment(path=rel, name=name, mime=mime, size=size))
+            out.append(Attachment(path=rel, name=name, mime=mime_of(name), size=size))
         return out

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import mimetypes
 import re
 import uuid
 from datetime import UTC, datetime
@@ -62,8 +63,12 @@ from pydantic.alias_generators import to_camel
 from klaw.errors import KlawError
 
 __all__ = [
+    "MAX_ATTACHMENTS",
     "MAX_ENGINE_LINE_BYTES",
     "MAX_LINE_BYTES",
+    "MAX_UPLOAD_BYTES",
+    "UPLOAD_ATTEMPTS",
+    "UPLOAD_BYTES_PER_S",
     "Attachment",
     "Command",
     "CommandInfo",
@@ -104,6 +109,7 @@ __all__ = [
     "encode",
     "error_for",
     "json_object",
+    "mime_of",
     "new_id",
 ]
 
@@ -111,6 +117,16 @@ __all__ = [
 MAX_LINE_BYTES: Final = 1024 * 1024
 #: The longest line the engine sends (an outbound with its tool rounds).
 MAX_ENGINE_LINE_BYTES: Final = 64 * 1024 * 1024
+
+# Files out (`Outbound.attachments`): what the engine's `send_file` and the channels agree on.
+#: Files in one outbound (Discord's limit per message).
+MAX_ATTACHMENTS: Final = 10
+#: The largest file any channel takes (Telegram's bot upload limit); a channel may take less.
+MAX_UPLOAD_BYTES: Final = 50 * 1024 * 1024
+#: Tries of one upload: each sends the whole file again, and later replies wait behind it.
+UPLOAD_ATTEMPTS: Final = 3
+#: A slow home uplink: how long a file's bytes may take, on top of a call's own timeout.
+UPLOAD_BYTES_PER_S: Final = 64 * 1024
 
 
 def new_id() -> str:
@@ -189,6 +205,11 @@ class Attachment(_Model):
     name: str | None = None
     size: int | None = Field(default=None, ge=0)
     duration: float | None = Field(default=None, ge=0)  # seconds, of a voice note or audio
+
+
+def mime_of(name: str) -> str:
+    """The type an attachment named `name` has when nobody said (its extension)."""
+    return mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
 class Quote(_Model):
@@ -291,7 +312,7 @@ class Outbound(_Model):
     records: list[LogLine] = Field(default_factory=list)
     line_type: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
-    attachments: list[Attachment] = Field(default_factory=list, max_length=10)
+    attachments: list[Attachment] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
 
 
 class Draft(_Model):
