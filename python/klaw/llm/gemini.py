@@ -25,7 +25,6 @@ Why the native API and not Google's OpenAI-compatible endpoint: docs/decisions.m
 
 from __future__ import annotations
 
-import hashlib
 import json
 from contextlib import aclosing
 from typing import Any
@@ -40,6 +39,7 @@ from klaw.llm._http import (
     redact,
 )
 from klaw.llm.errors import ContentBlocked, MalformedResponse, ProviderError
+from klaw.llm.openai_compat import unique_call_id
 from klaw.llm.types import (
     DeltaCallback,
     FinishReason,
@@ -219,6 +219,7 @@ class _Accumulator:
         self.text: list[str] = []
         self.thoughts: list[str] = []
         self.calls: list[ToolCall] = []
+        self._ids: set[str] = set()  # the calls' ids, each once
         self.finish: str | None = None
         self.finish_message = ""
         self.blocked_category = ""
@@ -301,17 +302,8 @@ class _Accumulator:
         if not name:
             error = error or "the tool call has no function name"
         raw_text = json.dumps(args, ensure_ascii=False)
-        call_id = raw.get("id")
-        if not isinstance(call_id, str) or not call_id:
-            # Gemini 2.x sends no ids: derive a stable one, as the OpenAI-compatible client does.
-            digest = hashlib.sha1(
-                f"{position}\0{name}\0{raw_text}".encode(), usedforsecurity=False
-            ).hexdigest()
-            call_id = f"call_{position}_{digest[:12]}"
-        unique, n = call_id, 1
-        while any(c.id == unique for c in self.calls):
-            n += 1
-            unique = f"{call_id}-{n}"
+        # Gemini 2.x sends no ids: derived as the OpenAI-compatible client does.
+        unique = unique_call_id(raw.get("id"), position, str(name), raw_text, self._ids)
         self.calls.append(
             ToolCall(
                 unique,

@@ -284,19 +284,30 @@ def parse_tool_calls(raw: Any) -> list[ToolCall]:
         arguments, error, raw_text = _arguments(function.get("arguments"))
         if not name:
             error = error or "the tool call has no function name"
-        call_id = item.get("id")
-        if not isinstance(call_id, str) or not call_id:
-            digest = hashlib.sha1(
-                f"{position}\0{name}\0{raw_text}".encode(), usedforsecurity=False
-            ).hexdigest()
-            call_id = f"call_{position}_{digest[:12]}"
-        unique, n = call_id, 1
-        while unique in seen:
-            n += 1
-            unique = f"{call_id}-{n}"
-        seen.add(unique)
+        unique = unique_call_id(item.get("id"), position, name, raw_text, seen)
         calls.append(ToolCall(unique, name, arguments, error, raw_text))
     return calls
+
+
+def unique_call_id(
+    given: object, position: int, name: str, raw_text: str | None, seen: set[str]
+) -> str:
+    """`given`, or an id derived from the call's position, name and arguments when there
+    is none (the same answer parsed twice gets the same ids), with a `-2`, `-3`... suffix
+    when it was `seen` already; added to `seen`."""
+    if isinstance(given, str) and given:
+        call_id = given
+    else:
+        digest = hashlib.sha1(
+            f"{position}\0{name}\0{raw_text}".encode(), usedforsecurity=False
+        ).hexdigest()
+        call_id = f"call_{position}_{digest[:12]}"
+    unique, n = call_id, 1
+    while unique in seen:
+        n += 1
+        unique = f"{call_id}-{n}"
+    seen.add(unique)
+    return unique
 
 
 def _arguments(raw: Any) -> tuple[dict[str, Any], str | None, str | None]:
