@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ __all__ = [
     "ensure_writable_dir",
     "fsync_dir",
     "human_size",
+    "is_temp_name",
     "replace_durably",
     "temp_name",
     "temp_path",
@@ -40,6 +42,7 @@ def fsync_dir(path: Path | str) -> None:
 
 # Room for the dot, the random part and ".tmp" within NAME_MAX (255 bytes).
 _MAX_NAME_IN_TEMP = 200
+_TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{12}\.tmp|\.klaw-[0-9a-f]{12}\.tmp")  # temp_name's
 
 
 def temp_name(name: str) -> str:
@@ -48,6 +51,12 @@ def temp_name(name: str) -> str:
     if len(os.fsencode(name)) > _MAX_NAME_IN_TEMP:
         return f".klaw-{tag}.tmp"  # a long name plus the suffix would exceed NAME_MAX
     return f".{name}.{tag}.tmp"
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether `name` is one `temp_name` makes: an atomic write in progress (or left by a
+    crash), never a file of its own."""
+    return _TEMP_NAME.fullmatch(name) is not None
 
 
 def temp_path(target: Path) -> Path:

@@ -7,13 +7,18 @@ The kernel drops the lock when the process dies, so a crash leaves nothing stale
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from klaw.errors import KlawError, NotWritable, StoreLocked, os_error_line
+
+if TYPE_CHECKING:
+    from klaw.paths import KlawPaths
 
 
 class ProcessLock:
@@ -81,3 +86,12 @@ class EngineLock(ProcessLock):
 
     def acquire(self, what: str = "the engine") -> Self:
         return super().acquire(what)
+
+
+@contextlib.contextmanager
+def daemons_stopped(paths: KlawPaths, what: str, why: str) -> Iterator[None]:
+    """Holds both daemons' locks, so `what` (`klaw restore`, `klaw import`) runs while
+    neither runs; the gateway's refusal says `why` it must be stopped."""
+    with EngineLock(paths.engine_lock).acquire(what):
+        with ProcessLock(paths.gateway_lock).acquire(f"{what} ({why})"):
+            yield

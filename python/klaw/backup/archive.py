@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -24,13 +23,6 @@ ROOTS: Final = ("config", "data", "workspace")
 CONFIG_FILES: Final = ("engine.yaml", "gateway.yaml", "allowed-chats.json", "skills.json")
 #: The SQLite files, copied with SQLite's online backup, never as files.
 DATABASES: Final = ("klaw.db", "scheduler.db")
-
-_TEMP: Final = re.compile(r"\..*\.[0-9a-f]{12}\.tmp|\.klaw-[0-9a-f]{12}\.tmp")
-
-
-def is_temp(name: str) -> bool:
-    """A temp file of `klaw.fsutil` (an atomic write in progress)."""
-    return _TEMP.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)

@@ -29,16 +29,16 @@ from typing import BinaryIO, Final
 
 from klaw.backup.archive import (
     CONFIG_FILES,
+    DATABASES,
     MANIFEST,
     Manifest,
     Member,
     Redaction,
-    is_temp,
     workspace_in_force,
     write_error,
 )
 from klaw.errors import BackupError, KlawError
-from klaw.fsutil import fsync_dir, temp_name
+from klaw.fsutil import fsync_dir, is_temp_name, temp_name, temp_path
 from klaw.paths import KlawPaths
 
 __all__ = ["BackupReport", "default_name", "make_backup"]
@@ -171,7 +171,7 @@ class _Writer:
             raise BackupError(f"cannot read the directory {root}: {exc.strerror}") from None
         for entry in entries:
             name = f"{prefix}/{entry.name}"
-            if is_temp(entry.name):
+            if is_temp_name(entry.name):
                 continue
             why = skip(name)
             if why is None and entry.is_symlink():
@@ -239,7 +239,7 @@ def make_backup(paths: KlawPaths, target: Path | None = None) -> BackupReport:
         created=now.isoformat(timespec="seconds").replace("+00:00", "Z"),
         workspace=str(workspace),
     )
-    tmp = target.parent / temp_name(target.name)
+    tmp = temp_path(target)
     work = target.parent / temp_name(target.name + ".d")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -309,8 +309,8 @@ def _read_text(path: Path) -> str | None:
 
 def _databases(out: _Writer, paths: KlawPaths, work: Path, target: Path) -> None:
     for name, src, snapshot in (
-        ("klaw.db", paths.db, _snapshot_klaw_db),
-        ("scheduler.db", paths.scheduler_db, _snapshot_scheduler_db),
+        (DATABASES[0], paths.db, _snapshot_klaw_db),
+        (DATABASES[1], paths.scheduler_db, _snapshot_scheduler_db),
     ):
         if not src.is_file():
             continue
@@ -338,7 +338,7 @@ def _config(out: _Writer, paths: KlawPaths, engine_text: str | None) -> None:
     for name in present:
         path = paths.config_dir / name
         if name not in CONFIG_FILES:
-            if not is_temp(name):
+            if not is_temp_name(name):
                 out.manifest.left_out.append(f"config/{name} (not Klaw's; may hold secrets)")
             continue
         if not name.endswith(".yaml"):
@@ -375,15 +375,15 @@ def _data(out: _Writer, paths: KlawPaths, workspace: Path) -> None:
     def skip(name: str) -> str | None:
         rel = name.removeprefix("data/")
         top = rel.split("/", 1)[0]
-        if rel in ("klaw.db", "scheduler.db"):
+        if rel in DATABASES:
             return ""  # the snapshots are in the archive already
         if rel == "klaw.db.keyword":
             return "the keyword index: rebuilt from klaw.db when the engine opens it"
-        if top.startswith(("klaw.db", "scheduler.db")):
+        if top.startswith(DATABASES):
             return ""  # -wal, -shm, a reindex in progress
         if rel == "sandbox":
             return "the sandbox's root filesystem: `klaw sandbox build` makes it again"
-        if _inside((root / rel).resolve(), nested):
+        if nested and _inside((root / rel).resolve(), nested):
             return "another of Klaw's directories, saved on its own"
         return None
 
@@ -398,7 +398,7 @@ def _workspace(out: _Writer, paths: KlawPaths, workspace: Path) -> None:
         rel = name.removeprefix("workspace/")
         if rel == ".sandbox-staging":
             return ""
-        if _inside((workspace / rel).resolve(), nested):
+        if nested and _inside((workspace / rel).resolve(), nested):
             return "another of Klaw's directories, saved on its own"
         return None
 

@@ -42,7 +42,7 @@ from klaw.backup.archive import (
     workspace_in_force,
 )
 from klaw.errors import BackupError, KlawError
-from klaw.fsutil import fsync_dir, temp_name
+from klaw.fsutil import fsync_dir, temp_name, temp_path
 from klaw.paths import KlawPaths
 
 __all__ = ["Checked", "RestoreReport", "check_archive", "restore_backup"]
@@ -278,13 +278,10 @@ def restore_backup(
     checked: Checked | None = None,
 ) -> RestoreReport:
     """Restores `archive` into `paths` (see the module docstring)."""
-    from klaw.lock import EngineLock, ProcessLock
+    from klaw.lock import daemons_stopped
 
     with ExitStack() as held:
-        held.enter_context(EngineLock(paths.engine_lock).acquire("klaw restore"))
-        held.enter_context(
-            ProcessLock(paths.gateway_lock).acquire("klaw restore (it replaces the chat logs)")
-        )
+        held.enter_context(daemons_stopped(paths, "klaw restore", "it replaces the chat logs"))
         checked = checked or check_archive(archive)
         # A directory that is a symbolic link (a workspace on another disk) is restored
         # where the link points, and the link stays.
@@ -304,8 +301,8 @@ def restore_backup(
         stamp = datetime.now(UTC).strftime("before-restore-%Y%m%d-%H%M%S")
         staging = {
             "config": paths.config_dir / temp_name("restore"),
-            "data": paths.data_dir.with_name(temp_name(paths.data_dir.name)),
-            "workspace": workspace.with_name(temp_name(workspace.name)),
+            "data": temp_path(paths.data_dir),
+            "workspace": temp_path(workspace),
         }
         try:
             for d in staging.values():

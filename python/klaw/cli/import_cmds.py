@@ -11,7 +11,7 @@ def import_openclaw(
 ) -> int:
     from klaw.config import load_engine_config
     from klaw.errors import KlawError
-    from klaw.lock import EngineLock, ProcessLock
+    from klaw.lock import daemons_stopped
     from klaw.openclaw.home import Home
     from klaw.openclaw.plan import apply_plan, build_plan
     from klaw.paths import KlawPaths
@@ -33,9 +33,8 @@ def import_openclaw(
         print("dry run: nothing was changed")
         return 0
     try:
-        with EngineLock(paths.engine_lock).acquire("klaw import"):
-            with ProcessLock(paths.gateway_lock).acquire("klaw import (it writes the chat logs)"):
-                report = apply_plan(plan, paths, reindex=reindex)
+        with daemons_stopped(paths, "klaw import", "it writes the chat logs"):
+            report = apply_plan(plan, paths, reindex=reindex)
     except KlawError as exc:
         print(f"klaw: {exc}", file=sys.stderr)
         return 1

@@ -87,10 +87,10 @@ def open_scheduler_db(path: Path) -> sqlite3.Connection:
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     try:
         db.execute("PRAGMA busy_timeout=5000")
-        _version(db, path)  # before anything writes to a newer Klaw's file
+        version = _version(db, path)  # before anything writes to a newer Klaw's file
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
-        _migrate(db, path)
+        _migrate(db, path, version)
     except BaseException:
         db.close()
         raise
@@ -108,8 +108,8 @@ def _version(db: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _migrate(db: sqlite3.Connection, path: Path) -> None:
-    if _version(db, path) == SCHEMA_VERSION:
+def _migrate(db: sqlite3.Connection, path: Path, version: int) -> None:
+    if version == SCHEMA_VERSION:
         return  # the common case, without a write lock
     db.execute("BEGIN IMMEDIATE")  # one migrator at a time: the version is read again
     try:
