@@ -55,8 +55,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from klaw.engine.images import IMAGE_TOKENS, MAX_IMAGES, image_placeholder, not_shown
-from klaw.llm.types import ImagePart, Message, Role, ToolCall, ToolSchema, images_for_model
+from klaw.engine.images import IMAGE_TOKENS, MAX_IMAGES, image_placeholder
+from klaw.llm.types import (
+    Message,
+    Role,
+    ToolCall,
+    ToolSchema,
+    images_for_model,
+    not_shown,
+    with_notes,
+)
 from klaw.memory.rows import StoredMessage, count_tokens_batch
 from klaw.tools.onboarding import onboarding_pending
 from klaw.workspace_text import workspace_text
@@ -349,17 +357,13 @@ def _images_within_cap(messages: list[Message], vision: bool) -> list[Message]:
     out: list[Message] = []
     for m in reversed(messages):
         if m.images:
-            room = max(0, MAX_IMAGES - kept)
             # Within one message the last images are the newest.
-            keep: list[ImagePart] = m.images[max(0, len(m.images) - room) :] if room else []
+            split = max(0, len(m.images) - max(0, MAX_IMAGES - kept))
+            older, keep = m.images[:split], m.images[split:]
             kept += len(keep)
-            older = m.images[: len(m.images) - len(keep)]
             if older:
-                notes = [
-                    not_shown(i, f"only the {MAX_IMAGES} newest images are sent") for i in older
-                ]
-                text = "\n".join(x for x in (m.content, *notes) if x)
-                m = replace(m, content=text, images=keep)
+                reason = f"only the {MAX_IMAGES} newest images are sent"
+                m = with_notes(m, keep, [not_shown(i, reason) for i in older])
         out.append(m)
     out.reverse()
     return out

@@ -14,7 +14,6 @@ memory for one turn, never in a log line.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections import OrderedDict
@@ -24,7 +23,7 @@ from typing import Any, Final
 
 from klaw._core import FittedImage, fit_image
 from klaw.errors import InvalidInput
-from klaw.llm.types import ImagePart, Message
+from klaw.llm.types import ImagePart, Message, not_shown, with_notes
 
 __all__ = [
     "IMAGE_TOKENS",
@@ -79,11 +78,6 @@ def image_placeholder(attachment: Mapping[str, Any]) -> ImagePart | None:
             kind = "jpeg" if suffix in (".jpg", ".jpeg") else suffix[1:]
             return ImagePart(path, f"image/{kind}", b"")
     return None
-
-
-def not_shown(image: ImagePart, reason: str) -> str:
-    """The note a model reads for an image it does not get."""
-    return f"[image {image.ref} not shown: {reason}]"
 
 
 # Fitting a 12 MP photo takes ~0.3 s (x86) to ~0.8 s (a Pi): the same photo stays in the
@@ -152,6 +146,5 @@ def load_images(messages: Sequence[Message], workspace: Path) -> list[Message]:
             if fitted.resized:
                 log.debug("image %s fitted to %dx%d", image.ref, fitted.width, fitted.height)
             images.append(ImagePart(image.ref, fitted.mime, fitted.data))
-        content = "\n".join(x for x in (m.content, *notes) if x)
-        out.append(dataclasses.replace(m, content=content or None, images=images))
+        out.append(with_notes(m, images, notes))
     return out

@@ -592,12 +592,13 @@ class Pipeline:
     async def _complete(
         self, request: LlmRequest, model: str, batch: _Batch, stream: DraftStream | None = None
     ) -> LlmResponse:
-        if batch.priority < SUBAGENT:
-            if stream is not None:
-                return await self.router.complete(
-                    request, model=model, on_delta=stream.delta, on_reset=stream.reset
-                )
-            return await self.router.complete(request, model=model)  # `_run` holds a slot
+        if batch.priority < SUBAGENT:  # `_run` holds a slot
+            return await self.router.complete(
+                request,
+                model=model,
+                on_delta=stream.delta if stream else None,
+                on_reset=stream.reset if stream else None,
+            )
         return await self.complete_background(request, model)
 
     def _draft_stream(self, batch: _Batch) -> DraftStream | None:

@@ -23,6 +23,8 @@ __all__ = [
     "Usage",
     "image_note",
     "images_for_model",
+    "not_shown",
+    "with_notes",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -148,9 +150,20 @@ class LlmResponse:
         )
 
 
+def not_shown(image: ImagePart, reason: str) -> str:
+    """The note a model reads for an image it does not get."""
+    return f"[image {image.ref} not shown: {reason}]"
+
+
 def image_note(image: ImagePart) -> str:
     """What a model without vision reads in place of an image."""
-    return f"[image {image.ref} not shown: this model does not take images]"
+    return not_shown(image, "this model does not take images")
+
+
+def with_notes(m: Message, images: list[ImagePart], notes: Sequence[str]) -> Message:
+    """`m` sending only `images`, with `notes` (`not_shown`) after its text."""
+    text = "\n".join(x for x in (m.content, *notes) if x)
+    return dataclasses.replace(m, content=text or None, images=images)
 
 
 def images_for_model(messages: Sequence[Message], *, vision: bool) -> list[Message]:
@@ -159,16 +172,14 @@ def images_for_model(messages: Sequence[Message], *, vision: bool) -> list[Messa
     and a note for any placeholder that was not (`klaw.engine.images`)."""
     out: list[Message] = []
     for m in messages:
-        dropped = [i for i in m.images if not vision or not i.data]
-        if dropped:
+        keep = [i for i in m.images if vision and i.data]
+        if len(keep) < len(m.images):
             notes = [
-                image_note(i) if not vision else f"[image {i.ref} not shown: it was not loaded]"
-                for i in dropped
+                not_shown(i, "it was not loaded") if vision else image_note(i)
+                for i in m.images
+                if not (vision and i.data)
             ]
-            text = "\n".join(x for x in (m.content, *notes) if x)
-            m = dataclasses.replace(
-                m, content=text, images=[i for i in m.images if i not in dropped]
-            )
+            m = with_notes(m, keep, notes)
         out.append(m)
     return out
 
