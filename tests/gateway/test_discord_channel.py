@@ -17,7 +17,7 @@ import pytest
 from fake_discord import BOT_ID, OTHER_ID, TOKEN, USER_ID, VOICE_FLAG, FakeDiscord, snowflake_time
 
 from klaw.config import DiscordConfig
-from klaw.gateway.channel import ChannelSendError, Incoming, OutFile
+from klaw.gateway.channel import FILE_TOO_LARGE, STORAGE_NOTICE, ChannelSendError, Incoming, OutFile
 from klaw.gateway.discord import (
     MESSAGE_LIMIT,
     NOT_SERVED_GUILD,
@@ -25,7 +25,6 @@ from klaw.gateway.discord import (
     DiscordError,
     looks_like_token,
 )
-from klaw.gateway.telegram import FILE_TOO_LARGE, STORAGE_NOTICE
 from klaw.gateway.tgformat import split_message, utf16_len
 from klaw.wire.protocol import Quote
 

@@ -10,7 +10,9 @@ the channel; a channel converts at its edge (`platform_id`).
 
 from __future__ import annotations
 
+import errno
 import io
+import logging
 import os
 import re
 import unicodedata
@@ -20,16 +22,21 @@ from datetime import datetime
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from klaw.errors import KlawError
+from klaw.retry import Backoff
 from klaw.wire.protocol import Attachment, Quote
 
 __all__ = [
+    "FILE_TOO_LARGE",
+    "STORAGE_NOTICE",
     "Channel",
     "ChannelSendError",
     "Incoming",
     "OnMessage",
     "OutFile",
+    "StorageOutage",
     "display_name",
     "platform_id",
+    "safe_filename",
     "storable",
 ]
 
@@ -232,3 +239,82 @@ def display_name(name: str | None) -> str | None:
         return None
     cleaned = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")
     return cleaned[:255] or None
+
+
+# Errors of the gateway's own storage (logs, buffer, inbox): waiting is the only cure.
+_STORAGE_ERRNOS: Final = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES, errno.EPERM}
+)
+STORAGE_NOTICE: Final = (
+    "⚠️ I can't store messages right now (my disk is full or read-only), so I can't "
+    "answer yet. Your message is not lost: I'll pick it up once the disk is fixed."
+)
+#: `Incoming.unsupported` for a file over the download cap.
+FILE_TOO_LARGE: Final = "file_too_large"
+
+
+class StorageOutage:
+    """A channel's side of an outage of the gateway's storage (disk full, read-only): a
+    message that cannot be stored stays with the platform and is tried again, waiting
+    longer each time; each chat is told once per outage; the log says it once, then
+    every 20th try, and when it is over."""
+
+    def __init__(self, log: logging.Logger, channel: str, backoff: Backoff) -> None:
+        self._log = log
+        self._channel = channel
+        self._backoff = backoff
+        self.tries = 0  # consecutive messages that could not be stored
+        self._told: set[object] = set()  # chats told about this outage
+
+    @staticmethod
+    def caused(exc: BaseException) -> bool:
+        """Whether `exc` is the storage failing (waiting is the cure), not the message."""
+        return isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS
+
+    def failed(self, chat: object, what: str, exc: Exception, tell: Callable[[], None]) -> float:
+        """One more message not stored; returns how long to wait. `tell()` sends the
+        chat the notice the first time this outage reaches it; `what` names the message
+        and where it waits, for the log."""
+        self.tries += 1
+        wait = self._backoff.delay(self.tries)
+        if self.tries == 1 or self.tries % 20 == 0:
+            self._log.error(
+                "%s: cannot store %s (%s); tried again every %.0f s until the disk is fixed",
+                self._channel,
+                what,
+                getattr(exc, "strerror", None) or exc,
+                wait,
+            )
+        if chat is not None and chat not in self._told:
+            self._told.add(chat)
+            tell()
+        return wait
+
+    def stored(self) -> None:
+        """A message was stored: an outage in progress is over."""
+        if self.tries:
+            self._log.warning(
+                "%s: storage works again after %d failed tries", self._channel, self.tries
+            )
+            self.tries = 0
+            self._told.clear()
+
+
+_NAME_BYTES: Final = 120  # a saved file's name; a "telegram_{chat}_{msg}_" prefix fits in 255
+
+
+def safe_filename(name: str | None, default: str = "file") -> str:
+    """A file name that stays inside its folder: no separators, no leading dots, no
+    control characters, at most 120 UTF-8 bytes with the extension kept."""
+    name = unicodedata.normalize("NFC", name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch if ch.isalnum() or ch in "-_.+=@,() " else "_" for ch in name)
+    name = re.sub(r"_{2,}", "_", name).strip(" ._")
+    if not name:
+        name = default
+    stem, dot, ext = name.rpartition(".")
+    if not stem or len(ext) > 16:
+        stem, dot, ext = name, "", ""
+    suffix = dot + ext
+    budget = _NAME_BYTES - len(suffix.encode())
+    stem = stem.encode()[:budget].decode(errors="ignore").rstrip(" ._")
+    return (stem or default) + suffix

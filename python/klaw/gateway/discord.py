@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import json
 import logging
@@ -57,17 +56,20 @@ from klaw.config import DiscordConfig
 from klaw.errors import KlawError
 from klaw.fsutil import atomic_write, replace_durably
 from klaw.gateway.channel import (
+    FILE_TOO_LARGE,
+    STORAGE_NOTICE,
     ChannelSendError,
     Incoming,
     OnMessage,
     OutFile,
+    StorageOutage,
     display_name,
     message_in,
     platform_id,
+    safe_filename,
     storable,
 )
 from klaw.gateway.previews import DraftsRefused, PreviewStreams
-from klaw.gateway.telegram import FILE_TOO_LARGE, STORAGE_NOTICE, safe_filename
 from klaw.gateway.tgformat import split_message
 from klaw.retry import Backoff, retry
 from klaw.wire.protocol import UPLOAD_ATTEMPTS, Attachment, Quote
@@ -89,10 +91,6 @@ _COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:\s+(.*))?", re.DOTALL)
 _USER_MENTION = re.compile(r"<@!?([0-9]+)>")
 _ROLE_MENTION = re.compile(r"<@&([0-9]+)>")
 _CHANNEL_MENTION = re.compile(r"<#([0-9]+)>")
-# Errors of the gateway's own storage (logs, buffer, inbox): waiting is the only cure.
-_STORAGE_ERRNOS: Final = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES, errno.EPERM}
-)
 _USER_TYPES: Final = frozenset({discord.MessageType.default, discord.MessageType.reply})
 _INTERACTION_TTL_S: Final = 14 * 60.0  # Discord keeps an interaction's token for 15 min
 _NO_MENTIONS: Final = discord.AllowedMentions.none()
@@ -309,8 +307,7 @@ class DiscordChannel:
         self._fatal: str | None = None
         self._files: aiohttp.ClientSession | None = None
         self._saving: asyncio.Future[None] | None = None  # the cursor write under way
-        self._outage = 0  # consecutive messages that could not be stored (disk trouble)
-        self._told: set[int] = set()  # chats told about the current outage
+        self._outage = StorageOutage(log, "discord", self._backoff)
         self._closed = False
 
     # ------------------------------------------------------------------ running
@@ -445,25 +442,17 @@ class DiscordChannel:
                     await self._on_message(incoming)
             except asyncio.CancelledError:
                 raise
-            except OSError as exc:
-                if exc.errno not in _STORAGE_ERRNOS:
-                    failures += 1
-                    if not await self._failed(item, failures):
-                        break
+            except Exception as exc:
+                if StorageOutage.caused(exc):
+                    # Nothing can be stored: the message stays first in its chat until the
+                    # disk is back (the cursor does not move, so a restart fetches it too).
+                    await self._storage_outage(channel, item, exc)
                     continue
-                # Nothing can be stored: the message stays first in its chat until the
-                # disk is back (the cursor does not move, so a restart fetches it too).
-                await self._storage_outage(channel, item, exc)
-                continue
-            except Exception:
                 failures += 1
                 if not await self._failed(item, failures):
                     break
                 continue
-            if self._outage:
-                log.warning("discord: storage works again after %d failed tries", self._outage)
-                self._outage = 0
-                self._told.clear()
+            self._outage.stored()
             break
         if message is not None and self._served(f"discord_{channel}"):
             self._cursors.advance(channel, message.id, _is_dm(message.channel))
@@ -486,21 +475,11 @@ class DiscordChannel:
         await asyncio.sleep(wait)
         return True
 
-    async def _storage_outage(self, channel: int, item: _Item, exc: OSError) -> None:
-        self._outage += 1
-        wait = self._backoff.delay(self._outage)
-        if self._outage == 1 or self._outage % 20 == 0:
-            log.error(
-                "discord: cannot store event %d (%s); it is tried again every %.0f s until "
-                "the disk is fixed",
-                item.key,
-                exc.strerror or exc,
-                wait,
-            )
-        if channel not in self._told:
-            self._told.add(channel)  # one notice per chat and outage, sent aside
+    async def _storage_outage(self, channel: int, item: _Item, exc: Exception) -> None:
+        def tell() -> None:  # sent aside: the chat's queue waits for the disk
             self._spawn(self._notice(channel, STORAGE_NOTICE), "klaw-discord-notice")
-        await asyncio.sleep(wait)
+
+        await asyncio.sleep(self._outage.failed(channel, f"event {item.key}", exc, tell))
 
     async def _notice(self, channel: int, text: str) -> None:
         try:

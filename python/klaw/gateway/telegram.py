@@ -20,11 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import errno
 import functools
 import logging
-import re
-import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,13 +45,17 @@ from klaw.gateway.botapi import (
     InvalidToken,
 )
 from klaw.gateway.channel import (
+    FILE_TOO_LARGE,
+    STORAGE_NOTICE,
     ChannelSendError,
     Incoming,
     OnMessage,
     OutFile,
+    StorageOutage,
     display_name,
     message_in,
     platform_id,
+    safe_filename,
     storable,
 )
 from klaw.gateway.tgformat import split_message, to_html, utf16_len, visible_text
@@ -80,8 +81,6 @@ log = logging.getLogger("klaw.gateway.telegram")
 T = TypeVar("T")
 Json: TypeAlias = dict[str, Any]  # a Telegram object (Update, Message, User...) as sent
 
-# `Incoming.unsupported` for a photo or document over the size cap.
-FILE_TOO_LARGE: Final = "file_too_large"
 #: Bot API limits: 10 MB for a photo (50 MB for anything else: MAX_UPLOAD_BYTES), 1,024 for
 #: a caption.
 PHOTO_UPLOAD_LIMIT: Final = 10 * 1024 * 1024
@@ -118,16 +117,7 @@ _FILES: Final = frozenset({"photo", "document", "voice", "audio"})
 # whose longest side a vision model takes whole (klaw.engine.images.MAX_IMAGE_SIDE): a
 # bigger copy would be downloaded only to be shrunk again.
 PHOTO_MAX_SIDE: Final = 1568
-# Errors of the gateway's own storage (logs, buffer, inbox): waiting is the only cure.
-_STORAGE_ERRNOS: Final = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES, errno.EPERM}
-)
-STORAGE_NOTICE: Final = (
-    "⚠️ I can't store messages right now (my disk is full or read-only), so I can't "
-    "answer yet. Your message is not lost: I'll pick it up once the disk is fixed."
-)
 _GROUP_TYPES: Final = frozenset({"group", "supergroup"})
-_NAME_BYTES: Final = 120  # sanitized name; the "telegram_{chat}_{msg}_" prefix fits in 255
 
 
 class _Outcome(enum.Enum):
@@ -207,8 +197,7 @@ class TelegramChannel:
         self._retry_at: dict[int, float] = {}  # update_id → loop time of its next try
         self._handled: set[int] = set()  # done, but behind one waiting for its retry
         self._notices: set[asyncio.Task[None]] = set()
-        self._outage = 0  # consecutive updates that could not be stored (disk trouble)
-        self._told: set[int] = set()  # chats told about the current outage
+        self._outage = StorageOutage(log, "telegram", self._retry_backoff)
         self._listening = False
         self._closed = False
 
@@ -338,42 +327,30 @@ class TelegramChannel:
                 await on_message(incoming)
         except asyncio.CancelledError:
             raise
-        except OSError as exc:
-            if exc.errno not in _STORAGE_ERRNOS:
+        except Exception as exc:
+            if not StorageOutage.caused(exc):
                 return self._failed(update_id)
             # The message could not be stored (disk full, read-only, I/O error): it is
             # not acknowledged, so Telegram keeps it, and it is fetched again until the
             # disk is back. Nothing else can be stored meanwhile either.
             await self._storage_outage(update, update_id, exc)
             return _Outcome.STALLED
-        except Exception:
-            return self._failed(update_id)
-        if self._outage:
-            log.warning("telegram: storage works again after %d failed tries", self._outage)
-            self._outage = 0
-            self._told.clear()
+        self._outage.stored()
         self._deliveries.pop(update_id, None)
         self._retry_at.pop(update_id, None)
         return _Outcome.DONE
 
-    async def _storage_outage(self, update: Json, update_id: int, exc: OSError) -> None:
-        self._outage += 1
-        wait = self._retry_backoff.delay(self._outage)
-        if self._outage == 1 or self._outage % 20 == 0:
-            log.error(
-                "telegram: cannot store update %d (%s); it stays with Telegram and is "
-                "fetched again every %.0f s until the disk is fixed",
-                update_id,
-                exc.strerror or exc,
-                wait,
-            )
+    async def _storage_outage(self, update: Json, update_id: int, exc: Exception) -> None:
         chat_id = _int(_obj(_obj(update, "message"), "chat"), "id")
-        if chat_id is not None and chat_id not in self._told:
-            self._told.add(chat_id)  # one notice per chat and outage, sent aside
-            task = asyncio.create_task(self._storage_notice(chat_id))
-            self._notices.add(task)
-            task.add_done_callback(self._notices.discard)
-        await asyncio.sleep(wait)
+
+        def tell() -> None:  # sent aside: the update loop waits for the disk
+            if chat_id is not None:
+                task = asyncio.create_task(self._storage_notice(chat_id))
+                self._notices.add(task)
+                task.add_done_callback(self._notices.discard)
+
+        what = f"update {update_id} (it stays with Telegram)"
+        await asyncio.sleep(self._outage.failed(chat_id, what, exc, tell))
 
     async def _storage_notice(self, chat_id: int) -> None:
         try:
@@ -814,23 +791,6 @@ class TelegramChannel:
 
 
 # ---------------------------------------------------------------------- module helpers
-
-
-def safe_filename(name: str | None, default: str = "file") -> str:
-    """A file name that stays inside its folder: no separators, no leading dots, no
-    control characters, at most 120 UTF-8 bytes with the extension kept."""
-    name = unicodedata.normalize("NFC", name or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch if ch.isalnum() or ch in "-_.+=@,() " else "_" for ch in name)
-    name = re.sub(r"_{2,}", "_", name).strip(" ._")
-    if not name:
-        name = default
-    stem, dot, ext = name.rpartition(".")
-    if not stem or len(ext) > 16:
-        stem, dot, ext = name, "", ""
-    suffix = dot + ext
-    budget = _NAME_BYTES - len(suffix.encode())
-    stem = stem.encode()[:budget].decode(errors="ignore").rstrip(" ._")
-    return (stem or default) + suffix
 
 
 def _quote(msg: Json) -> Quote | None:
