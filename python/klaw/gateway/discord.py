@@ -208,17 +208,8 @@ class _DiscordPreviews:
 
     async def post(self, chat: int, key: str, text: str) -> int:
         target = self._channel._client.get_partial_messageable(chat)
-        reference = None
-        message_id = message_in(f"discord_{chat}", key)
-        if message_id is not None:
-            reference = discord.MessageReference(
-                message_id=message_id, channel_id=chat, fail_if_not_exists=False
-            )
-        options: dict[str, Any] = {"content": text, "allowed_mentions": _NO_MENTIONS}
-        if reference is not None:
-            options["reference"] = reference
-            options["mention_author"] = False
-        sent = await target.send(**options)
+        options = {"content": text, **_quoting(chat, message_in(f"discord_{chat}", key))}
+        sent = await target.send(allowed_mentions=_NO_MENTIONS, **options)
         return int(sent.id)
 
     async def edit(self, chat: int, message_id: int, text: str) -> None:
@@ -278,7 +269,8 @@ class DiscordChannel:
         self._cursors.load()
         #: Show replies while they are written (edits of one message; gateway.yaml).
         self.streaming = config.streaming
-        self._previews = PreviewStreams(_DiscordPreviews(self), previews_file)
+        self._preview_api = _DiscordPreviews(self)
+        self._previews = PreviewStreams(self._preview_api, previews_file)
         # Voice is not used: don't let discord.py warn about its missing voice libraries.
         discord.VoiceClient.warn_nacl = False
         if hasattr(discord.VoiceClient, "warn_dave"):
@@ -782,21 +774,15 @@ class DiscordChannel:
                 return
         pending = self._interactions.pop(reply_to, None) if reply_to else None
         deferred = pending is not None and await pending.acked
-        reference = None
-        message_id = message_in(chat_id, reply_to) if pending is None else None
-        if message_id is not None:
-            reference = discord.MessageReference(
-                message_id=message_id, channel_id=channel, fail_if_not_exists=False
-            )
+        quoting = _quoting(channel, message_in(chat_id, reply_to) if pending is None else None)
         target = self._client.get_partial_messageable(channel)
 
         async def post(part: str, first: bool, last: bool) -> None:
             options: dict[str, Any] = {"allowed_mentions": _NO_MENTIONS}
             if part:
                 options["content"] = part
-            if first and reference is not None:
-                options["reference"] = reference
-                options["mention_author"] = False
+            if first:
+                options.update(quoting)
             readers = [f.reader() for f in files] if last else []  # fresh for each try
             if readers:
                 options["files"] = [
@@ -837,11 +823,9 @@ class DiscordChannel:
 
     async def _edit_preview(self, channel: int, message_id: int, part: str) -> bool:
         """The reply's first part into its preview message; False: send it instead."""
-        message = self._client.get_partial_messageable(channel).get_partial_message(message_id)
         try:
             await self._until_sent(
-                "finishing a preview",
-                lambda: message.edit(content=part, allowed_mentions=_NO_MENTIONS),
+                "finishing a preview", lambda: self._preview_api.edit(channel, message_id, part)
             )
         except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
             log.warning("discord: could not edit the preview (%s); sending", self._describe(exc))
@@ -957,6 +941,17 @@ def _transient(exc: BaseException) -> bool:
     if isinstance(exc, discord.HTTPException):
         return exc.status == 429 or exc.status >= 500
     return isinstance(exc, aiohttp.ClientError | OSError | TimeoutError)
+
+
+def _quoting(channel: int, message_id: int | None) -> dict[str, Any]:
+    """The options of a message that quotes `message_id` (none for None), still sent if
+    that message is gone, without pinging its author."""
+    if message_id is None:
+        return {}
+    reference = discord.MessageReference(
+        message_id=message_id, channel_id=channel, fail_if_not_exists=False
+    )
+    return {"reference": reference, "mention_author": False}
 
 
 def _is_dm(channel: object) -> bool:

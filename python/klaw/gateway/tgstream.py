@@ -43,9 +43,7 @@ class _TelegramPreviews:
     async def draft(self, chat: int, key: str, text: str) -> None:
         params = {"chat_id": chat, "draft_id": _draft_id(key), "text": text}
         try:
-            await self._call("sendMessageDraft", params)
-        except BotApiRetryAfter as exc:
-            raise PreviewRetry(exc.retry_after or 1.0) from exc
+            await self._request("sendMessageDraft", params)
         except BotApiError as exc:
             # 400/404: drafts are refused here (an older self-hosted Bot API server, a
             # chat kind without them). A 5xx is Telegram's trouble, not a reason to edit.
@@ -58,22 +56,24 @@ class _TelegramPreviews:
         reply = message_in(f"telegram_{chat}", key)
         if reply is not None:
             params["reply_parameters"] = {"message_id": reply, "allow_sending_without_reply": True}
-        try:
-            sent = await self._call("sendMessage", params)
-        except BotApiRetryAfter as exc:
-            raise PreviewRetry(exc.retry_after or 1.0) from exc
+        sent = await self._request("sendMessage", params)
         return int(sent["message_id"])
 
     async def edit(self, chat: int, message_id: int, text: str) -> None:
         params = {"chat_id": chat, "message_id": message_id, "text": text}
         try:
-            await self._call("editMessageText", params)
-        except BotApiRetryAfter as exc:
-            raise PreviewRetry(exc.retry_after or 1.0) from exc
+            await self._request("editMessageText", params)
         except BotApiBadRequest as exc:
             if "not modified" in exc.description.lower():
                 raise Unchanged from exc
             raise
+
+    async def _request(self, method: str, params: dict[str, Any]) -> Any:
+        """One call; a 429 becomes the `PreviewRetry` the preview loop waits out."""
+        try:
+            return await self._call(method, params)
+        except BotApiRetryAfter as exc:
+            raise PreviewRetry(exc.retry_after or 1.0) from exc
 
 
 def telegram_previews(call: Call, marks: Path | None = None) -> PreviewStreams:
