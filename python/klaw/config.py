@@ -969,16 +969,20 @@ def _gateway_optional(cfg: GatewayConfig, loc: Loc) -> bool:
     return is_secret_key("gateway.yaml", loc)
 
 
+def workspace_key(data: Any, env: Mapping[str, str]) -> Path | None:
+    """The `workspace` an engine.yaml's parsed data names (`${VAR}`s and `~` expanded),
+    None when it names none."""
+    raw = data.get("workspace") if isinstance(data, dict) else None
+    if isinstance(raw, str) and raw:
+        return Path(substitute_env(raw, env)).expanduser()
+    return None
+
+
 def _with_workspace(env: Mapping[str, str], data: Any) -> dict[str, str]:
     """`env` with KLAW_WORKSPACE set to the workspace in force (see resolve_workspace), so
     `${KLAW_WORKSPACE}` in sandbox mounts names the right directory."""
-    out = dict(env)
-    raw = data.get("workspace") if isinstance(data, dict) else None
-    if isinstance(raw, str) and raw:
-        out["KLAW_WORKSPACE"] = str(Path(substitute_env(raw, env)).expanduser())
-    else:
-        out["KLAW_WORKSPACE"] = str(KlawPaths.from_env(env).workspace)
-    return out
+    named = workspace_key(data, env)
+    return {**env, "KLAW_WORKSPACE": str(named or KlawPaths.from_env(env).workspace)}
 
 
 def load_engine_config(

@@ -164,20 +164,16 @@ def workspace_in_force(engine_yaml: str | None, paths: KlawPaths) -> Path:
     default, as `klaw.config.resolve_workspace` decides, without validating the rest."""
     import yaml
 
-    from klaw.config import substitute_env
+    from klaw.config import workspace_key
 
-    raw: Any = None
+    data: Any = None
     if engine_yaml:
         try:
             data = yaml.safe_load(engine_yaml)
         except yaml.YAMLError:
             data = None
-        raw = data.get("workspace") if isinstance(data, dict) else None
-    if isinstance(raw, str) and raw:
-        found = Path(substitute_env(raw, os.environ)).expanduser()
-        if found.is_absolute():
-            return found
-    return paths.workspace
+    found = workspace_key(data, os.environ)
+    return found if found is not None and found.is_absolute() else paths.workspace
 
 
 def write_error(target: Path, exc: OSError) -> BackupError:

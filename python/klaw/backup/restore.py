@@ -62,10 +62,10 @@ class Checked:
     manifest: Manifest
     files: int = 0
     size: int = 0
-    config: dict[str, bytes] = field(default_factory=dict)
+    engine_yaml_bytes: bytes | None = None  # where the restored workspace goes
 
     def engine_yaml(self) -> str | None:
-        raw = self.config.get("engine.yaml")
+        raw = self.engine_yaml_bytes
         return raw.decode("utf-8", errors="replace") if raw is not None else None
 
 
@@ -154,7 +154,7 @@ def check_archive(path: Path) -> Checked:
     docstring); raises BackupError or SchemaTooNew, writes nothing."""
     path = path.expanduser().absolute()
     seen: dict[str, Member] = {}
-    config: dict[str, bytes] = {}
+    engine_yaml: bytes | None = None
     manifest: Manifest | None = None
     with _members(path) as members:
         for info, stream in members:
@@ -173,10 +173,10 @@ def check_archive(path: Path) -> Checked:
             if stream is None:
                 seen[info.name] = Member(info.name, "dir")
                 continue
-            if root == "config" and info.size <= _CONFIG_MAX:
+            if root == "config" and str(rel) == "engine.yaml" and info.size <= _CONFIG_MAX:
                 buf = io.BytesIO()
                 digest, size = _read_all(path, stream, buf)
-                config[str(rel)] = buf.getvalue()
+                engine_yaml = buf.getvalue()
             else:
                 digest, size = _read_all(path, stream)
             seen[info.name] = Member(info.name, "file", size, digest)
@@ -202,7 +202,7 @@ def check_archive(path: Path) -> Checked:
         if name in manifest.schemas:
             check_schema(name, manifest.schemas[name], supported)
     files = [m for m in manifest.members if m.type == "file"]
-    return Checked(path, manifest, len(files), sum(m.size for m in files), config)
+    return Checked(path, manifest, len(files), sum(m.size for m in files), engine_yaml)
 
 
 def _has_agent(config_dir: Path, data_dir: Path, workspace: Path) -> list[str]:
