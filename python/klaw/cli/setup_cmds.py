@@ -203,12 +203,7 @@ class _Doctor:
 
 
 def _check_configs(doc: _Doctor, paths: KlawPaths) -> EngineConfig:
-    from klaw.config import (
-        EngineConfig,
-        load_engine_config,
-        load_gateway_config,
-        planned_settings,
-    )
+    from klaw.config import EngineConfig, load_engine_config, load_gateway_config
     from klaw.errors import ConfigError
 
     engine = EngineConfig()
@@ -249,13 +244,6 @@ def _check_configs(doc: _Doctor, paths: KlawPaths) -> EngineConfig:
             doc.ok(f"{path.name}: {path}")
         else:
             doc.warn(f"{path.name}: {path} not found, defaults in use", "run `klaw init`")
-        planned = planned_settings(cfg)
-        if planned:
-            doc.warn(
-                f"{path.name}: {len(planned)} key(s) set for features not built yet",
-                "leave them for when the feature lands, or remove them",
-                planned,
-            )
     return engine
 
 

@@ -75,7 +75,6 @@ __all__ = [
     "load_engine_config",
     "load_gateway_config",
     "parse_size",
-    "planned_settings",
     "resolve_workspace",
     "substitute_env",
 ]
@@ -1006,61 +1005,3 @@ def load_gateway_config(
     env = os.environ if env is None else env
     path = KlawPaths.from_env(env).gateway_config if path is None else path
     return _validate(GatewayConfig, path, env, default_gateway_yaml, _gateway_optional)
-
-
-# --------------------------------------------------------------------------- planned keys
-
-# Keys the design defines but nothing reads yet, with what they wait for (the model
-# docstrings say the same). Paths are attribute names; messages use the YAML spelling.
-PLANNED_KEYS: dict[type[BaseModel], dict[tuple[str, ...], str]] = {
-    EngineConfig: {},
-    GatewayConfig: {},
-}
-
-
-def planned_settings(
-    cfg: EngineConfig | GatewayConfig, env: Mapping[str, str] | None = None
-) -> list[str]:
-    """One warning per planned key the file sets to something other than its default.
-
-    `klaw init` writes every default, so a key merely present is not reported. String
-    defaults are compared after `${VAR}` expansion, as the loader expands them.
-    """
-    env = os.environ if env is None else env
-    if isinstance(cfg, EngineConfig):
-        env = _with_workspace(env, {"workspace": str(cfg.workspace or "")})
-    out: list[str] = []
-    for path, planned in PLANNED_KEYS[type(cfg)].items():
-        node: BaseModel = cfg
-        loc: list[str] = []
-        for name in path[:-1]:
-            if name not in node.model_fields_set:
-                break
-            loc.append(type(node).model_fields[name].alias or name)
-            node = getattr(node, name)
-        else:
-            for dotted in _changed(node, path[-1], loc, env):
-                out.append(
-                    f"{dotted}: not implemented yet (planned: {planned}); this key has no effect"
-                )
-    return out
-
-
-def _changed(node: BaseModel, name: str, loc: list[str], env: Mapping[str, str]) -> list[str]:
-    """Dotted YAML paths under `node.name` that the file set to a non-default value."""
-    if name not in node.model_fields_set:
-        return []
-    info = type(node).model_fields[name]
-    value, here = getattr(node, name), [*loc, info.alias or name]
-    if isinstance(value, BaseModel):
-        return [d for key in type(value).model_fields for d in _changed(value, key, here, env)]
-    default = info.get_default(call_default_factory=True)
-    return [] if value in (default, _expanded(default, env)) else [".".join(here)]
-
-
-def _expanded(value: Any, env: Mapping[str, str]) -> Any:
-    if isinstance(value, str):
-        return substitute_env(value, env)
-    if isinstance(value, list):
-        return [_expanded(v, env) for v in value]
-    return value

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from klaw.config import load_engine_config, planned_settings
+from klaw.config import load_engine_config
 from klaw.engine.pipeline import SUBAGENT_CHAT_PREFIX, Pipeline
 from klaw.engine.server import EngineServer, InboundHandler
 from klaw.errors import Cancelled, ConfigError, KlawError, StoreLocked, os_error_line
@@ -420,8 +420,6 @@ def main(paths: KlawPaths | None = None, *, with_memory: bool = True) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return 1
-    for line in planned_settings(config):
-        log.warning("%s: %s", paths.engine_config.name, line)
     if config.workspace is not None:
         paths = dataclasses.replace(paths, workspace=config.workspace)
     factory = functools.partial(open_memory, paths, config) if with_memory else None

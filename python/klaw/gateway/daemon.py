@@ -14,7 +14,7 @@ import os
 import signal
 from collections.abc import Callable, Sequence
 
-from klaw.config import GatewayConfig, load_gateway_config, planned_settings
+from klaw.config import GatewayConfig, load_gateway_config
 from klaw.errors import ConfigError, KlawError, os_error_line
 from klaw.gateway.channel import Channel
 from klaw.gateway.core import Gateway, GatewayTimings
@@ -171,7 +171,5 @@ def main(paths: KlawPaths | None = None) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return 1
-    for line in planned_settings(config):
-        log.warning("%s: %s", paths.gateway_config.name, line)
     paths = _with_workspace(paths)
     return asyncio.run(run(paths, config))
