@@ -13,6 +13,7 @@ import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -278,6 +279,11 @@ async def test_write_back_appends_in_openclaws_format_and_never_rewrites(
     lena = json.dumps({"content": "Lena visits in May", "durable": True})
     llm.answer(None, [call("c3", "memory_save", lena)])
     llm.answer("Noted.")
+    # The daily log is named by the day in the owner's zone (scheduler.timezone,
+    # Europe/Berlin here), whatever the host's zone: before and after the run, in case
+    # the owner's midnight falls during it.
+    owner = ZoneInfo(str(load_engine_config(klaw_home.engine_config).scheduler.timezone))
+    days = {datetime.now(owner).strftime("%Y-%m-%d")}
     async with engine_running(klaw_home, backend) as server:
         await say(server, "My bike is blue, and the dentist is on Friday.")
         # The owner edits MEMORY.md by hand while the engine runs...
@@ -291,7 +297,7 @@ async def test_write_back_appends_in_openclaws_format_and_never_rewrites(
             )
         )
         await say(server, "Lena visits in May.")
-    day = datetime.now().astimezone().strftime("%Y-%m-%d")
+    days.add(datetime.now(owner).strftime("%Y-%m-%d"))
     memory_md = (ws / "MEMORY.md").read_text(encoding="utf-8")
     assert memory_md.startswith(owner_memory + "\n- Mara's bike is blue\n")
     assert (
@@ -299,21 +305,28 @@ async def test_write_back_appends_in_openclaws_format_and_never_rewrites(
         in memory_md
     )
     assert "Dentist" not in memory_md  # not durable: the daily log only
-    daily = (ws / "memory" / f"{day}.md").read_text(encoding="utf-8").splitlines()
-    assert daily[0] == f"# {day}" and daily[1] == ""
-    assert [line[8:] for line in daily[2:]] == [
+    logs = sorted((ws / "memory").glob("*.md"))
+    assert {p.stem for p in logs} <= days, (sorted(days), [p.name for p in logs])
+    entries = []
+    for log in logs:
+        daily = log.read_text(encoding="utf-8").splitlines()
+        assert daily[0] == f"# {log.stem}" and daily[1] == ""
+        entries += daily[2:]
+    assert [line[8:] for line in entries] == [
         "Mara's bike is blue",
         "Dentist on Friday",
         "Lena visits in May",
     ]
-    assert all(line.startswith("- ") and line[4] == ":" for line in daily[2:])  # "- HH:MM text"
+    assert all(line.startswith("- ") and line[4] == ":" for line in entries)  # "- HH:MM text"
 
 
 async def test_user_facts_and_summaries_are_written_back(klaw_home: KlawPaths) -> None:
     from klaw.openclaw.writeback import WriteBack
 
     klaw_home.engine_config.parent.mkdir(parents=True, exist_ok=True)
-    klaw_home.engine_config.write_text("compatibility:\n  openclaw:\n    enabled: true\n")
+    klaw_home.engine_config.write_text(
+        "compatibility:\n  openclaw:\n    enabled: true\nscheduler:\n  timezone: Europe/Berlin\n"
+    )
     cfg = load_engine_config(klaw_home.engine_config)
     ws = klaw_home.workspace
     (ws / "USER.md").write_text("# USER.md\n\n- **Name:** Mara", encoding="utf-8")
@@ -323,11 +336,13 @@ async def test_user_facts_and_summaries_are_written_back(klaw_home: KlawPaths) -
     assert (
         ws / "USER.md"
     ).read_text() == "# USER.md\n\n- **Name:** Mara\n- **Home city:** Prague\n"
+    # 23:05 UTC is already the next day in the owner's zone (Europe/Berlin), whatever
+    # the host's zone: the daily log and the time are the owner's.
     WriteBack(ws, cfg).summary(
-        CHAT, "We planned the trip.", datetime(2026, 11, 26, 9, 5, tzinfo=UTC)
+        CHAT, "We planned the trip.", datetime(2026, 11, 25, 23, 5, tzinfo=UTC)
     )
     text = (ws / "memory" / "2026-11-26.md").read_text()
-    assert text.startswith("# 2026-11-26\n\n## Conversation summary (telegram_100, ")
+    assert text.startswith("# 2026-11-26\n\n## Conversation summary (telegram_100, 00:05)")
     assert text.endswith("\n\nWe planned the trip.\n")
     off = load_engine_config(Path("/nonexistent.yaml"))
     WriteBack(ws, off).saved("nothing written when off")
