@@ -3,7 +3,8 @@
 1. `check_archive` reads every member, hashes it and compares the lot with the manifest
    (the last member): a torn archive (truncated, a bad gzip stream), a changed, missing
    or extra member, a newer backup format or a newer database schema is refused here,
-   before anything is written.
+   before anything is written, and so is a scheduler.db row that is not a Klaw job
+   (read as the engine reads it: a forged pickle never runs).
 2. Both daemons must be stopped: their locks are held to the end.
 3. An agent already in place is replaced only with `force`, and kept: the data dir and
    the workspace are renamed to `<dir>.before-restore-<time>`, the config files the
@@ -20,7 +21,9 @@ import hashlib
 import io
 import os
 import shutil
+import sqlite3
 import tarfile
+import tempfile
 import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -50,6 +53,8 @@ __all__ = ["Checked", "RestoreReport", "check_archive", "restore_backup"]
 _CHUNK: Final = 1 << 20
 #: Config files read during the check (for the workspace key) are at most this big.
 _CONFIG_MAX: Final = 1 << 20
+#: scheduler.db and the files SQLite would fold into it when opened: read before restore.
+_SCHEDULER_FILES: Final = ("scheduler.db", "scheduler.db-wal", "scheduler.db-journal")
 #: Left in place when the data dir is replaced: made on this machine, not agent state.
 _MACHINE_LOCAL: Final = ("sandbox",)
 
@@ -151,8 +156,14 @@ def _read_all(path: Path, stream: IO[bytes], sink: IO[bytes] | None = None) -> t
 
 def check_archive(path: Path) -> Checked:
     """Reads the whole archive and checks it against its manifest (see the module
-    docstring); raises BackupError or SchemaTooNew, writes nothing."""
+    docstring); raises BackupError or SchemaTooNew, writes nothing (but a temporary
+    copy of scheduler.db, whose jobs are read as the engine would read them)."""
     path = path.expanduser().absolute()
+    with tempfile.TemporaryDirectory(prefix="klaw-restore-check-") as spool:
+        return _check_archive(path, Path(spool))
+
+
+def _check_archive(path: Path, spool: Path) -> Checked:
     seen: dict[str, Member] = {}
     engine_yaml: bytes | None = None
     manifest: Manifest | None = None
@@ -177,6 +188,9 @@ def check_archive(path: Path) -> Checked:
                 buf = io.BytesIO()
                 digest, size = _read_all(path, stream, buf)
                 engine_yaml = buf.getvalue()
+            elif root == "data" and str(rel) in _SCHEDULER_FILES:
+                with (spool / str(rel)).open("wb") as sink:
+                    digest, size = _read_all(path, stream, sink)
             else:
                 digest, size = _read_all(path, stream)
             seen[info.name] = Member(info.name, "file", size, digest)
@@ -201,8 +215,28 @@ def check_archive(path: Path) -> Checked:
     for name in DATABASES:
         if name in manifest.schemas:
             check_schema(name, manifest.schemas[name], supported)
+    if (spool / "scheduler.db").is_file():
+        _check_jobs(path, spool / "scheduler.db")
     files = [m for m in manifest.members if m.type == "file"]
     return Checked(path, manifest, len(files), sum(m.size for m in files), engine_yaml)
+
+
+def _check_jobs(path: Path, db: Path) -> None:
+    """scheduler.db's jobs read as the engine will read them: a row that is not a job
+    of Klaw's (a pickle made to run code when loaded) refuses the whole archive."""
+    from klaw.scheduler.jobstate import UnsafeJobState, check_job_rows
+
+    try:
+        check_job_rows(db)
+    except UnsafeJobState as exc:
+        raise BackupError(
+            f"{path}: {exc}. The backup was altered or not made by Klaw: restore "
+            "another one; nothing was changed"
+        ) from None
+    except sqlite3.DatabaseError as exc:
+        raise BackupError(
+            f"{path}: data/scheduler.db is not a readable database ({exc}); nothing was changed"
+        ) from None
 
 
 def _has_agent(config_dir: Path, data_dir: Path, workspace: Path) -> list[str]:

@@ -20,12 +20,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.executors.base import BaseExecutor
 
 from klaw.scheduler.cron import CronTrigger
 from klaw.scheduler.jobs import JobError, JobSpec, check_name
+from klaw.scheduler.jobstate import HANDLER
 from klaw.scheduler.ledger import Ledger, Run
 
 if TYPE_CHECKING:
@@ -37,9 +38,6 @@ __all__ = ["HANDLER", "RunJob", "Scheduled", "Scheduler", "scheduled_message"]
 log = logging.getLogger("klaw.scheduler")
 
 RunJob = Callable[[JobSpec, datetime], Awaitable[None]]
-
-#: The one function every stored job names; its keyword arguments are the JobSpec.
-HANDLER: Final = "klaw.scheduler.service:scheduled_message"
 
 
 def scheduled_message(**data: Any) -> None:

@@ -6,7 +6,8 @@ file (the tables are made by scheduler.db's migrations in `klaw.scheduler.ledger
 Why not SQLAlchemy itself: importing and starting it costs the engine 15.0 MB
 of RSS against 1.3 MB for APScheduler alone, over the scheduler's 15 MB budget
 (docs/decisions.md). What a job pickles is text: its handler named by reference,
-its `JobSpec` as a dict, and Klaw's `CronTrigger` (expression + zone name).
+its `JobSpec` as a dict, and Klaw's `CronTrigger` (expression + zone name); rows are
+read back by `klaw.scheduler.jobstate`, which builds only those (no row runs code).
 
 One difference on purpose: a job that cannot be restored (a Klaw that no longer
 knows its trigger, a damaged row) is moved to `apscheduler_jobs_unreadable` with
@@ -28,6 +29,7 @@ from apscheduler.job import Job
 from apscheduler.jobstores.base import BaseJobStore, ConflictingIdError, JobLookupError
 from apscheduler.util import datetime_to_utc_timestamp, utc_timestamp_to_datetime
 
+from klaw.scheduler.jobstate import load_job_state
 from klaw.scheduler.ledger import open_scheduler_db
 
 __all__ = ["SqliteJobStore"]
@@ -137,7 +139,7 @@ class SqliteJobStore(BaseJobStore):  # type: ignore[misc]
         return jobs
 
     def _restore(self, blob: bytes) -> Job:
-        state = pickle.loads(blob)
+        state = load_job_state(blob)
         state["jobstore"] = self
         job = Job.__new__(Job)
         job.__setstate__(state)
