@@ -1,0 +1,460 @@
+"""engine.yaml: providers and models, memory, context, the scheduler, the sandbox, the
+workspace, and the engine's service unit."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+
+from klaw.config.base import MemoryMax, NonNegativeInt, PositiveInt, Section, empty_to_none
+from klaw.config.loader import Loc, is_secret_key, parse_size, substitute_env, template, validate
+from klaw.paths import KlawPaths
+
+__all__ = [
+    "DEFAULT_EMBEDDING_MODEL",
+    "ChunkingConfig",
+    "CodeExecutionConfig",
+    "CommandSpec",
+    "CompatibilityConfig",
+    "ContextConfig",
+    "EmbeddingConfig",
+    "EngineConfig",
+    "EngineServiceConfig",
+    "FilesConfig",
+    "HeartbeatConfig",
+    "LlmConfig",
+    "LocalModelConfig",
+    "LoggingConfig",
+    "MemoryConfig",
+    "ModelConfig",
+    "OpenClawConfig",
+    "OpenClawSyncConfig",
+    "ProcessingConfig",
+    "ProviderConfig",
+    "RoutingConfig",
+    "RoutingTasks",
+    "SchedulerConfig",
+    "SearchConfig",
+    "SummarizationConfig",
+    "WatchConfig",
+    "default_engine_yaml",
+    "is_loopback",
+    "load_engine_config",
+    "resolve_workspace",
+    "workspace_key",
+]
+
+DEFAULT_EMBEDDING_MODEL = "use-multilingual-v3"
+
+
+def is_loopback(endpoint: str) -> bool:
+    """True when `endpoint`'s host is localhost or a loopback address."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(endpoint).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ProviderConfig(Section):
+    type: Literal["openai-compatible", "anthropic", "gemini"] = "openai-compatible"
+    endpoint: str
+    api_key: Annotated[str | None, BeforeValidator(empty_to_none)] = None
+
+    @property
+    def callable_without_probe(self) -> bool:
+        """An API key, or a keyless server on this machine (Ollama, the offline model)."""
+        return bool(self.api_key) or is_loopback(self.endpoint)
+
+
+class ModelConfig(Section):
+    max_tokens: PositiveInt | None = None
+    context_budget: PositiveInt | None = None
+    temperature: Annotated[float, Field(ge=0)] | None = None
+    # False: the model gets no tool schemas (a tiny model that cannot use them
+    # would spend its whole budget on them).
+    tools: bool = True
+    # True: photos the user sends reach the model as images (docs/providers.md, vision);
+    # otherwise the model reads a short note naming the file.
+    vision: bool = False
+
+
+class RoutingTasks(Section):
+    """Models of background work: subagents (scheduled jobs without a model of their
+    own) and background summarization."""
+
+    summarization: str = "ollama/qwen3:8b"
+    subagent: str = "glm/glm-4-plus"
+
+
+class RoutingConfig(Section):
+    default: str = "glm/glm-5"
+    fallback: list[str] = Field(
+        default_factory=lambda: ["deepseek/deepseek-chat", "ollama/qwen3:8b"]
+    )
+    tasks: RoutingTasks = Field(default_factory=RoutingTasks)
+
+
+class EmbeddingConfig(Section):
+    type: Literal["onnx", "ollama"] = "onnx"
+    model: str = DEFAULT_EMBEDDING_MODEL
+    model_path: str | None = None  # a directory holding model.onnx, or the model.onnx itself
+    tokenizer_path: str | None = None
+    ort_library: str | None = None  # libonnxruntime.so; default: the onnxruntime wheel's
+    threads: Annotated[int, Field(ge=1)] = 1
+    # Tokens per model run; None = the model's own window (MiniLM 256, E5 512).
+    max_length: Annotated[int, Field(ge=8, le=512)] | None = None
+    # Longer texts: embed every window and pool them, or keep only the first window.
+    long_texts: Literal["windows", "truncate"] = "windows"
+    batch_size: Annotated[int, Field(ge=1)] = 16
+    ollama_endpoint: str = "http://localhost:11434"
+    ollama_model: str = "all-minilm:l6-v2"
+
+
+class ChunkingConfig(Section):
+    size: PositiveInt = 400
+    overlap: NonNegativeInt = 80
+
+    @field_validator("overlap")
+    @classmethod
+    def _overlap_below_size(cls, overlap: int, info: ValidationInfo) -> int:
+        size = info.data.get("size")  # absent when size itself failed validation
+        if size is not None and overlap >= size:
+            raise ValueError(f"must be smaller than memory.chunking.size ({size}), got {overlap}")
+        return overlap
+
+
+class SearchConfig(Section):
+    top_k: PositiveInt = 10
+    candidates: PositiveInt = 20
+    # convex: weighted sum of min-max normalised scores; rrf: reciprocal rank fusion.
+    fusion: Literal["convex", "rrf"] = "convex"
+    rrf_k: PositiveInt = 60
+    # None: the weights measured for the embedding model (e5 0.7/0.3, MiniLM 0.4/0.6).
+    vector_weight: Annotated[float, Field(ge=0)] | None = None
+    keyword_weight: Annotated[float, Field(ge=0)] | None = None
+    # Bonus for the newest candidate (0..this by date): updated facts' new values first
+    # (archival memory; past conversations are searched without it).
+    recency: Annotated[float, Field(ge=0, le=1)] = 0.2
+    # A query of more terms than this gives part of its keyword weight to the vectors;
+    # None: the model's (4; MiniLM, English-only, 0 = off).
+    keyword_pivot: NonNegativeInt | None = None
+
+
+class WatchConfig(Section):
+    enabled: bool = True
+    debounce_ms: NonNegativeInt = 1000
+
+
+class MemoryConfig(Section):
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    watch: WatchConfig = Field(default_factory=WatchConfig)
+
+
+class ContextConfig(Section):
+    default_budget_tokens: PositiveInt = 8000
+    sliding_window: PositiveInt = 20
+    subagent_window: PositiveInt = 5  # rows of its own chat a subagent sees
+    allow_private_memory_in_groups: bool = False
+
+
+class ProcessingConfig(Section):
+    debounce_ms: NonNegativeInt = 1500
+    max_concurrent_llm: PositiveInt = 2
+    max_tool_call_rounds: PositiveInt = 10
+
+
+class LocalModelConfig(Section):
+    # Start the offline llama.cpp model when no provider has a key or answers (§ providers).
+    enabled: bool = True
+
+
+class LlmConfig(Section):
+    local: LocalModelConfig = Field(default_factory=LocalModelConfig)
+    max_retries: NonNegativeInt = 2
+    request_timeout_ms: PositiveInt = 60000
+    initial_backoff_ms: NonNegativeInt = 1000
+    backoff_multiplier: Annotated[float, Field(ge=1)] = 2.0
+    retry_on: list[int] = Field(default_factory=lambda: [429, 500, 502, 503, 504, 529])
+
+
+class LoggingConfig(Section):
+    """Logs of scheduled jobs' chats (``conversations/scheduler_{name}/``)."""
+
+    subagent_conversations: bool = True
+
+
+class HeartbeatConfig(Section):
+    """The `heartbeat` job made from the workspace's HEARTBEAT.md."""
+
+    # hourly, on the hour (Quartz; 5-field crontab and `every 30m` work too)
+    cron: str = "0 0 * * * ?"
+    model: str | None = None  # None: routing.tasks.subagent
+    inject_into: str | None = None  # where a non-silent result goes; None: the log only
+    precheck: str | None = None  # a command: exit 1 = nothing to look at, no tokens
+    daily_token_cap: PositiveInt | None = None
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from klaw.scheduler.cron import At, CronError, parse_schedule
+
+        if isinstance(parse_schedule(value), At):  # CronError (a ValueError) names the field
+            raise CronError("the heartbeat repeats: use a cron expression or 'every 30m'")
+        return value
+
+
+class SummarizationConfig(Section):
+    """Background summaries of chats into summaries/ (docs/scheduler.md)."""
+
+    enabled: bool = True
+    every_messages: PositiveInt = 50  # new messages of a chat that trigger a summary
+    cron: str = "0 30 3 * * ?"  # and nightly, for chats with a few left over
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from klaw.scheduler.cron import parse_cron
+
+        parse_cron(value)
+        return value
+
+
+class SchedulerConfig(Section):
+    enabled: bool = True  # false: no jobs run, no heartbeat (scheduler.db untouched)
+    timezone: str | None = None  # IANA name for jobs added without one; None: the system's
+    catch_up_hours: Annotated[float, Field(gt=0)] = 12.0  # a due time later than this is missed
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            from klaw.scheduler.cron import zone_named
+
+            zone_named(value)  # CronError (a ValueError) says what is expected
+        return value
+
+
+class CodeExecutionConfig(Section):
+    """`code_execute`'s sandbox (docs/sandbox.md): backend, limits and mounts."""
+
+    # auto: Docker when its socket answers, else bubblewrap, else no code_execute tool.
+    backend: Literal["auto", "docker", "bwrap", "off"] = "auto"
+    docker_image: str = "klaw-sandbox:latest"
+    docker_host: str | None = None  # None: $DOCKER_HOST, else unix:///var/run/docker.sock
+    timeout: PositiveInt = 30  # seconds, the hard limit (a call may ask for less)
+    # Off unless asked: the design's example allowed it; code that can reach the
+    # network can reach the owner's LAN and exfiltrate what it reads (decisions.md).
+    allow_network: bool = False
+    max_memory: str = "256m"
+    max_cpus: str = "1.0"
+    max_processes: PositiveInt = 64  # pids limit: a fork bomb stops here
+    max_output_bytes: str = "64m"  # each file written, and all /output keeps of one run
+    tmp_size: str = "64m"  # the tmpfs at /tmp
+    read_only_rootfs: Literal[True] = True  # the sandbox's root is never writable
+    no_privileged: Literal[True] = True  # design §6.5: hardcoded, accepted only as true
+    keep_alive: bool = True  # one warm container and `exec` (fast) instead of one per run
+    keep_alive_idle_timeout_min: PositiveInt = 10
+    keep_alive_max_executions: PositiveInt = 50
+    # HOST[:CONTAINER][:ro|rw]; the only host paths the sandbox sees besides /output.
+    volume_mounts: list[str] = Field(default_factory=lambda: ["${KLAW_WORKSPACE}/skills:ro"])
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend(cls, value: Any) -> Any:
+        if value is False:  # YAML 1.1 reads a bare `off` as false
+            return "off"
+        return "bwrap" if value == "bubblewrap" else value
+
+    @field_validator("max_memory", "max_output_bytes", "tmp_size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @field_validator("max_cpus")
+    @classmethod
+    def _cpus(cls, value: str) -> str:
+        try:
+            cpus = float(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a number of CPUs (e.g. 1.0 or 0.5)") from None
+        if not 0.01 <= cpus <= 64:
+            raise ValueError(f"{value!r} CPUs is out of range (0.01 to 64)")
+        return value
+
+    @field_validator("volume_mounts")
+    @classmethod
+    def _mounts(cls, value: list[str]) -> list[str]:
+        from klaw.sandbox.policy import parse_mount
+
+        for entry in value:
+            if "${" not in entry:  # checked again after ${VAR} expansion by the loader
+                parse_mount(entry)
+        return value
+
+
+class FilesConfig(Section):
+    max_file_size_bytes: PositiveInt = 1_048_576
+
+
+class CommandSpec(Section):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,32}$")]  # Telegram's command rules
+    description: str
+
+
+def _default_commands() -> list[CommandSpec]:
+    return [
+        CommandSpec(name="new", description="New session (context reset)"),
+        CommandSpec(name="model", description="Show/change the LLM model"),
+        CommandSpec(name="models", description="List available models"),
+        CommandSpec(name="memory", description="Show core memory"),
+        CommandSpec(name="status", description="Agent status"),
+        CommandSpec(name="help", description="List commands"),
+    ]
+
+
+class OpenClawSyncConfig(Section):
+    # The design spells these keys in snake_case (§4.6).
+    memory_md: bool = Field(default=True, alias="memory_md")
+    daily_logs: bool = Field(default=True, alias="daily_logs")
+    user_md: bool = Field(default=True, alias="user_md")
+
+
+class OpenClawConfig(Section):
+    enabled: bool = False
+    sync: OpenClawSyncConfig = Field(default_factory=OpenClawSyncConfig)
+
+
+class CompatibilityConfig(Section):
+    """OpenClaw write-back (docs/openclaw.md; klaw.openclaw.writeback), off by default."""
+
+    openclaw: OpenClawConfig = Field(default_factory=OpenClawConfig)
+
+
+def _default_providers() -> dict[str, ProviderConfig]:
+    return {
+        "glm": ProviderConfig(endpoint="https://open.bigmodel.cn/api/paas/v4"),
+        "deepseek": ProviderConfig(endpoint="https://api.deepseek.com/v1"),
+        "ollama": ProviderConfig(endpoint="http://localhost:11434/v1"),
+        "anthropic": ProviderConfig(type="anthropic", endpoint="https://api.anthropic.com/v1"),
+    }
+
+
+def _default_models() -> dict[str, ModelConfig]:
+    return {
+        "glm/glm-4-plus": ModelConfig(max_tokens=4096, context_budget=8000),
+        "glm/glm-5": ModelConfig(max_tokens=8192, context_budget=12000),
+        "deepseek/deepseek-chat": ModelConfig(context_budget=12000),
+        "deepseek/deepseek-reasoner": ModelConfig(max_tokens=16384, context_budget=16000),
+        "ollama/qwen3:8b": ModelConfig(context_budget=6000),
+        "anthropic/claude-sonnet-4-20250514": ModelConfig(
+            max_tokens=8192, context_budget=16000, vision=True
+        ),
+    }
+
+
+class EngineServiceConfig(Section):
+    """The systemd unit `klaw service install` writes for the engine."""
+
+    memory_max: MemoryMax = "700M"
+
+
+class EngineConfig(Section):
+    # None: $KLAW_WORKSPACE, else ~/klaw-workspace; when set it wins (see resolve_workspace).
+    workspace: Path | None = None
+    providers: dict[str, ProviderConfig] = Field(default_factory=_default_providers)
+    models: dict[str, ModelConfig] = Field(default_factory=_default_models)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+    processing: ProcessingConfig = Field(default_factory=ProcessingConfig)
+    llm: LlmConfig = Field(default_factory=LlmConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    summarization: SummarizationConfig = Field(default_factory=SummarizationConfig)
+    code_execution: CodeExecutionConfig = Field(default_factory=CodeExecutionConfig)
+    files: FilesConfig = Field(default_factory=FilesConfig)
+    commands: list[CommandSpec] = Field(default_factory=_default_commands)
+    compatibility: CompatibilityConfig = Field(default_factory=CompatibilityConfig)
+    service: EngineServiceConfig = Field(default_factory=EngineServiceConfig)
+
+    @field_validator("workspace")
+    @classmethod
+    def _absolute_workspace(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        value = value.expanduser()
+        if not value.is_absolute():
+            raise ValueError(f"must be an absolute path (or start with ~), got {str(value)!r}")
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _model_ids(cls, value: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
+        bad = [key for key in value if "/" not in key.strip("/")]
+        if bad:
+            raise ValueError(f"model ids must look like provider/model-id, got {bad}")
+        return value
+
+
+def resolve_workspace(cfg: EngineConfig, env: Mapping[str, str] | None = None) -> Path:
+    """The workspace in force: engine.yaml `workspace`, else `$KLAW_WORKSPACE`, else default.
+
+    The file key wins: `klaw init --workspace` writes it so that every process (systemd
+    units included) finds the workspace without extra environment.
+    """
+    if cfg.workspace is not None:
+        return cfg.workspace
+    return KlawPaths.from_env(os.environ if env is None else env).workspace
+
+
+def default_engine_yaml() -> str:
+    """The commented engine.yaml that `klaw init` writes; it spells out every default."""
+    return template("engine.yaml")
+
+
+def _engine_optional(cfg: EngineConfig, loc: Loc) -> bool:
+    return is_secret_key("engine.yaml", loc)
+
+
+def workspace_key(data: Any, env: Mapping[str, str]) -> Path | None:
+    """The `workspace` an engine.yaml's parsed data names (`${VAR}`s and `~` expanded),
+    None when it names none."""
+    raw = data.get("workspace") if isinstance(data, dict) else None
+    if isinstance(raw, str) and raw:
+        return Path(substitute_env(raw, env)).expanduser()
+    return None
+
+
+def _with_workspace(env: Mapping[str, str], data: Any) -> dict[str, str]:
+    """`env` with KLAW_WORKSPACE set to the workspace in force (see resolve_workspace), so
+    `${KLAW_WORKSPACE}` in sandbox mounts names the right directory."""
+    named = workspace_key(data, env)
+    return {**env, "KLAW_WORKSPACE": str(named or KlawPaths.from_env(env).workspace)}
+
+
+def load_engine_config(
+    path: Path | None = None, env: Mapping[str, str] | None = None
+) -> EngineConfig:
+    """Load and validate engine.yaml (default: the XDG config path); raise ConfigError."""
+    env = os.environ if env is None else env
+    path = KlawPaths.from_env(env).engine_config if path is None else path
+    cfg = validate(EngineConfig, path, env, default_engine_yaml, _engine_optional, _with_workspace)
+    # Defaults never went through the YAML pass: expand the default mounts too.
+    mounts_env = _with_workspace(env, {"workspace": str(cfg.workspace or "")})
+    mounts = cfg.code_execution.volume_mounts
+    cfg.code_execution.volume_mounts = [substitute_env(m, mounts_env) for m in mounts]
+    return cfg
