@@ -26,38 +26,36 @@ __all__ = [
 ]
 
 
-class TelegramConfig(Section):
+class _ChatChannelConfig(Section):
+    """What Telegram and Discord share: a token, the two-way whitelist, live replies."""
+
     @property
     def active(self) -> bool:
-        """Enabled and given a token: the gateway connects to Telegram."""
+        """Enabled and given a token: the gateway connects to the service."""
         return self.enabled and bool(self.token)
 
-    enabled: bool = True
+    enabled: bool
     token: str = ""
-    api_server: str = "https://api.telegram.org"
-    # Inbound: empty = accept from everyone allowed by pairing; outbound: empty = reject all
-    # except replies to the current inbound chat (design §9.2).
+    api_server: str
+    # Telegram chats, Discord DMs and guild channels. Inbound: empty = accept from everyone
+    # allowed by pairing; outbound: empty = reject all except replies to the current
+    # inbound chat (design §9.2).
     allowed_chat_ids: ChatIds = Field(default_factory=list)
     allow_all: bool = False
-    # Show replies while they are written (drafts in private chats, else edits).
+    # Show replies while they are written (Telegram: drafts in private chats, else edits;
+    # Discord: one message, edited as the reply grows).
     streaming: bool = False
 
 
-class DiscordConfig(Section):
-    @property
-    def active(self) -> bool:
-        """Enabled and given a token: the gateway connects to Discord."""
-        return self.enabled and bool(self.token)
+class TelegramConfig(_ChatChannelConfig):
+    enabled: bool = True
+    api_server: str = "https://api.telegram.org"
 
+
+class DiscordConfig(_ChatChannelConfig):
     enabled: bool = False
-    token: str = ""
     # The REST base (…/api/v10 is added) and, through its GET /gateway/bot, the websocket.
     api_server: str = "https://discord.com"
-    # DM and guild channel ids; the same two-way whitelist as Telegram's (design §9.2).
-    allowed_chat_ids: ChatIds = Field(default_factory=list)
-    allow_all: bool = False
-    # Show replies while they are written (one message, edited as the reply grows).
-    streaming: bool = False
 
 
 class ConsoleConfig(Section):
