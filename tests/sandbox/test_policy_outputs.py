@@ -9,9 +9,10 @@ import pytest
 
 from klaw.config import CodeExecutionConfig
 from klaw.errors import ConfigError
+from klaw.mounts import Mount, parse_mount
 from klaw.paths import KlawPaths
 from klaw.sandbox.outputs import Outputs, chat_dir_name
-from klaw.sandbox.policy import Mount, Policy, parse_mount
+from klaw.sandbox.policy import Policy
 
 
 def test_mount_forms() -> None:

@@ -12,6 +12,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
 from klaw.config.base import MemoryMax, NonNegativeInt, PositiveInt, Section, empty_to_none
 from klaw.config.loader import Loc, is_secret_key, parse_size, substitute_env, template, validate
+from klaw.mounts import parse_mount
 from klaw.paths import KlawPaths
 
 __all__ = [
@@ -298,8 +299,6 @@ class CodeExecutionConfig(Section):
     @field_validator("volume_mounts")
     @classmethod
     def _mounts(cls, value: list[str]) -> list[str]:
-        from klaw.sandbox.policy import parse_mount
-
         for entry in value:
             if "${" not in entry:  # checked again after ${VAR} expansion by the loader
                 parse_mount(entry)

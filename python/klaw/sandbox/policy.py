@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from klaw.config.loader import parse_size, substitute_env
 from klaw.errors import ConfigError
+from klaw.mounts import Mount, parse_mount
 
 if TYPE_CHECKING:
     from klaw.config import CodeExecutionConfig
     from klaw.paths import KlawPaths
 
-__all__ = ["ENV", "Mount", "Policy", "parse_mount", "sandbox_ids"]
-
-#: Paths inside the sandbox a mount may not cover: the system and Klaw's own mounts.
-RESERVED = frozenset(
-    {"/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/sbin", "/sys", "/usr"}
-    | {"/code", "/output", "/tmp", "/var", "/run"}
-)
+__all__ = ["ENV", "Policy", "sandbox_ids"]
 
 #: The whole environment of sandboxed code: nothing comes from the host (API keys stay out).
 ENV: dict[str, str] = {
@@ -38,42 +34,6 @@ ENV: dict[str, str] = {
     "OPENBLAS_NUM_THREADS": "1",  # one CPU's worth of threads, not one per host core
     "OMP_NUM_THREADS": "1",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    host: Path
-    target: str  # absolute path inside the sandbox
-    writable: bool
-
-
-def parse_mount(entry: str) -> Mount:
-    """`HOST[:CONTAINER][:ro|rw]` → Mount; ValueError says what is wrong.
-
-    Without CONTAINER, `.../skills` goes to `/skills` and anything else to
-    `/mnt/<name>`; without a mode the mount is read-only.
-    """
-    parts = entry.split(":")
-    writable = False
-    if parts[-1] in ("ro", "rw"):
-        writable = parts.pop() == "rw"
-    if not 1 <= len(parts) <= 2 or not parts[0]:
-        raise ValueError(f"{entry!r}: write HOST[:CONTAINER][:ro|rw]")
-    host = Path(parts[0]).expanduser()
-    if not host.is_absolute():
-        raise ValueError(f"{entry!r}: the host path must be absolute")
-    if len(parts) == 2:
-        target = parts[1]
-    else:
-        target = "/skills" if host.name == "skills" else f"/mnt/{host.name or 'root'}"
-    pure = PurePosixPath(target)
-    if not pure.is_absolute() or ".." in pure.parts:
-        raise ValueError(f"{entry!r}: the sandbox path {target!r} must be absolute, without '..'")
-    target = str(pure)
-    covered = {str(p) for p in (pure, *pure.parents)}
-    if target in RESERVED or (covered & RESERVED) - {"/"}:
-        raise ValueError(f"{entry!r}: {target} is reserved inside the sandbox; pick e.g. /mnt/...")
-    return Mount(host, target, writable)
 
 
 def sandbox_ids() -> tuple[int, int]:
@@ -114,8 +74,6 @@ class Policy:
         docker_socket: Path | None = None,
     ) -> Policy:
         """Checks the mounts against what must never be inside; ConfigError names the key."""
-        from klaw.config import parse_size, substitute_env
-
         env = {**os.environ, "KLAW_WORKSPACE": str(paths.workspace)}
         mounts: list[Mount] = []
         problems: list[str] = []
