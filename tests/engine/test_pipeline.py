@@ -185,7 +185,10 @@ async def test_a_tool_call_round_reaches_the_second_request(
     assert assistant["role"] == "assistant"
     assert assistant["tool_calls"][0]["id"] == "call_1"
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_1"
-    assert str(datetime.now(UTC).year) in tool["content"]
+    # The tool's own clock, in whatever zone it names: compared as instants, not as a
+    # year (at 02:00 on New Year's Day at UTC+14 the UTC year is still the old one).
+    told = datetime.fromisoformat(tool["content"].rpartition("ISO ")[2].rstrip(")"))
+    assert abs(told - datetime.now(UTC)) < timedelta(seconds=T)
     reply = out.sent[-1]
     assert isinstance(reply, Outbound) and reply.content == "It is late."
     assert [r.role for r in rows(memory)] == ["user", "assistant", "tool", "assistant"]

@@ -82,7 +82,7 @@ def builtin_tools(
         SkillList(catalog),
         SkillLoad(catalog),
         OnboardingDone(paths.workspace),
-        CurrentTime(now),
+        CurrentTime(now, zone),
         DocsList(docs),
         DocsRead(docs, max_chars=max(100, max_result_chars - 300)),
         DocsSearch(docs),

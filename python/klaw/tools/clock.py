@@ -16,7 +16,7 @@ class CurrentTime(Tool):
     name = "current_time"
     description = (
         "The current date, time, weekday and timezone. Optional `timezone` is an IANA name "
-        "such as Europe/Prague; the default is the host's local zone."
+        "such as Europe/Prague; the default is the owner's zone."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -24,16 +24,19 @@ class CurrentTime(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, now: Callable[[], datetime] | None = None) -> None:
+    def __init__(self, now: Callable[[], datetime] | None = None, zone: str | None = None) -> None:
         # Injectable so tests (and replays) can pin the clock; must return an aware datetime.
         self._now = now or (lambda: datetime.now(UTC))
+        # The owner's zone (scheduler.timezone), the one jobs, caps and daily logs use;
+        # None: the host's.
+        self._zone = ZoneInfo(zone) if zone else None
 
     async def run(self, args: dict[str, Any]) -> str:
         now = self._now()
         name = args.get("timezone")
         if name is None:
-            local = now.astimezone()
-            zone = local.tzname() or "local"
+            local = now.astimezone(self._zone)
+            zone = self._zone.key if self._zone else local.tzname() or "local"
         else:
             try:
                 tz = ZoneInfo(name.strip())
