@@ -36,7 +36,10 @@ def klaw_store(tmp_path_factory: pytest.TempPathFactory, data100k: Any) -> Itera
     s = _core.Store(str(tmp_path_factory.mktemp("klaw") / "klaw.db"), dim=DIM, threads=2)
     step = 5000
     for i in range(0, N, step):
-        chunks = [(t, None, None, None, str(i + j)) for j, t in enumerate(texts[i : i + step])]
+        chunks = [
+            _core.NewChunk(content=t, chunk_hash=str(i + j))
+            for j, t in enumerate(texts[i : i + step])
+        ]
         s.add_chunks("bench", None, "2026-01-01T00:00:00Z", chunks, vecs[i : i + step].tobytes())
     yield s
     s.close()

@@ -260,7 +260,7 @@ def quality(
                 "eval",
                 None,
                 "2025-01-01T00:00:00Z",
-                [(n.text, None, None, None, n.id) for n in notes],
+                [_core.NewChunk(content=n.text, chunk_hash=n.id) for n in notes],
                 note_vecs,
             )
             pos = {cid: i for i, cid in enumerate(ids)}
@@ -274,7 +274,11 @@ def quality(
                     [
                         pos[h.id]
                         for h in store.search(
-                            v, q.query, top_k=K, candidates=cand, rrf_k=rk, keyword_weight=kw
+                            v,
+                            q.query,
+                            _core.SearchParams(
+                                top_k=K, candidates=cand, rrf_k=rk, keyword_weight=kw
+                            ),
                         )
                     ]
                     for q, v in zip(queries, qvecs, strict=True)
@@ -368,7 +372,10 @@ def speed(n: int) -> dict[str, Any]:
                     "bench",
                     None,
                     "2025-01-01T00:00:00Z",
-                    [(x, None, None, None, str(s + i)) for i, x in enumerate(texts[s : s + batch])],
+                    [
+                        _core.NewChunk(content=x, chunk_hash=str(s + i))
+                        for i, x in enumerate(texts[s : s + batch])
+                    ],
                     vecs[s : s + batch].tobytes(),
                 )
             build = time.perf_counter() - t
@@ -379,7 +386,8 @@ def speed(n: int) -> dict[str, Any]:
             out[name]["empty_queries"] = sum(not store.keyword_search(q, 20) for q in queries)
             out["vector (ours)"] = time_queries(lambda q: store.vector_search(qv[q], 20), queries)
             out["hybrid (ours)"] = time_queries(
-                lambda q: store.search(qv[q], q, top_k=20, candidates=20), queries
+                lambda q: store.search(qv[q], q, _core.SearchParams(top_k=20, candidates=20)),
+                queries,
             )
             print(f"{name}: built in {build:.1f}s, p50 {out[name]['p50_ms']:.2f} ms")
         finally:

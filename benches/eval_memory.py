@@ -330,8 +330,13 @@ class Index:
             texts = [p[0] for p in pieces]
             vecs, _ = self.backend.embed_cached(self.cache, texts)
             hashes = _core.text_hashes(texts)
-            tuples = [(*p, h) for p, h in zip(pieces, hashes, strict=True)]
-            self.store.add_chunks(d.source, None, d.created_at, tuples, vecs)
+            chunks = [
+                _core.NewChunk(
+                    content=t, chunk_hash=h, start_line=start, end_line=end, heading=heading
+                )
+                for (t, start, end, heading), h in zip(pieces, hashes, strict=True)
+            ]
+            self.store.add_chunks(d.source, None, d.created_at, chunks, vecs)
 
     def close(self) -> None:
         self.store.close()
@@ -617,9 +622,7 @@ def shipped(
     spec = model_spec(model)
     cands = s.candidates if candidates is None else candidates
     wv, wk, pivot = weights or (spec.vector_weight, spec.keyword_weight, spec.keyword_pivot)
-    return store.search(
-        qvec,
-        text,
+    params = _core.SearchParams(
         top_k=max(2 * TOP, cands),
         candidates=cands,
         rrf_k=float(s.rrf_k),
@@ -629,6 +632,7 @@ def shipped(
         recency=0.0 if conversation or asks_about_past(text) else s.recency,
         keyword_pivot=pivot,
     )
+    return store.search(qvec, text, params)
 
 
 def evaluate(

@@ -72,7 +72,13 @@ def _python_steps(store: Any, cache: Any, backend: Any, text: str, path: str) ->
         )
         parts.append(vecs)
     rows = [
-        (c.text, c.start_line, c.end_line, " > ".join(c.heading_path) or None, h)
+        _core.NewChunk(
+            content=c.text,
+            chunk_hash=h,
+            start_line=c.start_line,
+            end_line=c.end_line,
+            heading=" > ".join(c.heading_path) or None,
+        )
         for c, h in zip(chunks, hashes, strict=True)
     ]
     ids = store.replace_file(
@@ -103,8 +109,9 @@ def test_both_ways_store_the_same_rows(warm: Any, backend: Any, note: str, tmp_p
     store, cache = warm
     _index_once(store, cache, backend, note, "memory/same-k.md")
     _python_steps(store, cache, backend, note, "memory/same-p.md")
-    k = store.search(None, "Day 3", top_k=200, source="memory/same-k.md")
-    p = store.search(None, "Day 3", top_k=200, source="memory/same-p.md")
+    top = _core.SearchParams(top_k=200)
+    k = store.search(None, "Day 3", top, source="memory/same-k.md")
+    p = store.search(None, "Day 3", top, source="memory/same-p.md")
     assert [(h.content, h.start_line, h.end_line, h.heading) for h in k] == [
         (h.content, h.start_line, h.end_line, h.heading) for h in p
     ]

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import corpus
+from klaw import _core
 
 QUERIES = corpus.QUERIES
 
@@ -28,10 +29,11 @@ def fts_or(q: str) -> str:
 @pytest.mark.benchmark(group="hybrid-100k")
 def test_hybrid_klaw(benchmark: Any, klaw_store: Any, backend: Any) -> None:
     qs = itertools.cycle(QUERIES)
+    params = _core.SearchParams(top_k=10, candidates=20, recency=0.2)
 
     def run() -> Any:
         q = next(qs)
-        return klaw_store.search(backend.embed_query(q), q, top_k=10, candidates=20, recency=0.2)
+        return klaw_store.search(backend.embed_query(q), q, params)
 
     hits = benchmark(run)
     assert len(hits) == 10
@@ -41,12 +43,11 @@ def test_hybrid_klaw(benchmark: Any, klaw_store: Any, backend: Any) -> None:
 def test_hybrid_rrf_wave1(benchmark: Any, klaw_store: Any, backend: Any) -> None:
     """The wave-1 fusion (equal-weight RRF) on the same store and model."""
     qs = itertools.cycle(QUERIES)
+    params = _core.SearchParams(top_k=10, fusion="rrf", vector_weight=1, keyword_weight=1)
 
     def run() -> Any:
         q = next(qs)
-        return klaw_store.search(
-            backend.embed_query(q), q, top_k=10, fusion="rrf", vector_weight=1, keyword_weight=1
-        )
+        return klaw_store.search(backend.embed_query(q), q, params)
 
     assert len(benchmark(run)) == 10
 

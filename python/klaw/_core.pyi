@@ -1,7 +1,7 @@
 """Type stubs for the Rust extension `klaw._core` (checked by mypy.stubtest)."""
 
 from os import PathLike
-from typing import TypeAlias, final
+from typing import final
 
 __version__: str
 
@@ -57,9 +57,94 @@ def chunk_all(texts: list[str], size: int = 400, overlap: int = 80) -> list[list
 
 # --- store ---------------------------------------------------------------
 
-_ChunkTuple: TypeAlias = tuple[str, int | None, int | None, str | None, str]
-# (file, section, content, chunk index, start_line, end_line)
-_DocTuple: TypeAlias = tuple[str, str | None, str, int, int | None, int | None]
+@final
+class NewChunk:
+    """A chunk to store (`Store.replace_file`, `Store.add_chunks`); its vector is
+    passed alongside."""
+
+    def __new__(
+        cls,
+        *,
+        content: str,
+        chunk_hash: str,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        heading: str | None = None,
+    ) -> NewChunk: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def chunk_hash(self) -> str: ...
+    @property
+    def start_line(self) -> int | None: ...
+    @property
+    def end_line(self) -> int | None: ...
+    @property
+    def heading(self) -> str | None: ...
+
+@final
+class DocChunk:
+    """One chunk of a documentation page (`Store.replace_docs`): `file` relative to the
+    docs root, `chunk` its position in the file from 0, `section` its headings."""
+
+    def __new__(
+        cls,
+        *,
+        file: str,
+        content: str,
+        chunk: int,
+        section: str | None = None,
+        start_line: int | None = None,
+        end_line: int | None = None,
+    ) -> DocChunk: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def chunk(self) -> int: ...
+    @property
+    def section(self) -> str | None: ...
+    @property
+    def start_line(self) -> int | None: ...
+    @property
+    def end_line(self) -> int | None: ...
+
+@final
+class SearchParams:
+    """How a hybrid search ranks: `top_k` results from `candidates` per list (at least
+    `top_k`), fused by `fusion` ("convex" or "rrf", InvalidInput otherwise) with the
+    weights, `recency` the newer-first bonus and `keyword_pivot` the query length
+    past which keyword weight moves to vectors (0: off)."""
+
+    def __new__(
+        cls,
+        *,
+        top_k: int = 10,
+        candidates: int = 20,
+        rrf_k: float = 60.0,
+        vector_weight: float = 0.7,
+        keyword_weight: float = 0.3,
+        fusion: str = "convex",
+        recency: float = 0.0,
+        keyword_pivot: int = 0,
+    ) -> SearchParams: ...
+    @property
+    def top_k(self) -> int: ...
+    @property
+    def candidates(self) -> int: ...
+    @property
+    def rrf_k(self) -> float: ...
+    @property
+    def vector_weight(self) -> float: ...
+    @property
+    def keyword_weight(self) -> float: ...
+    @property
+    def fusion(self) -> str: ...
+    @property
+    def recency(self) -> float: ...
+    @property
+    def keyword_pivot(self) -> int: ...
 
 @final
 class Hit:
@@ -161,7 +246,7 @@ class Store:
         mtime: float,
         size: int,
         created_at: str,
-        chunks: list[_ChunkTuple],
+        chunks: list[NewChunk],
         vectors: bytes,
     ) -> list[int]: ...
     def remove_file(self, path: str) -> int: ...
@@ -170,7 +255,7 @@ class Store:
         source: str,
         chat_id: str | None,
         created_at: str,
-        chunks: list[_ChunkTuple],
+        chunks: list[NewChunk],
         vectors: bytes,
     ) -> list[int]: ...
     def count_chunks(self) -> int: ...
@@ -178,18 +263,14 @@ class Store:
         self,
         query_vec: bytes | None,
         query_text: str,
-        top_k: int = 10,
-        candidates: int = 20,
-        rrf_k: float = 60.0,
-        vector_weight: float = 0.7,
-        keyword_weight: float = 0.3,
+        params: SearchParams | None = None,
+        *,
         since: str | None = None,
         until: str | None = None,
         source: str | None = None,
-        fusion: str = "convex",
-        recency: float = 0.0,
-        keyword_pivot: int = 0,
-    ) -> list[Hit]: ...
+    ) -> list[Hit]:
+        """Hybrid search ranked by `params` (the defaults when None), filtered by time
+        (ISO 8601) and source; best first."""
     def vector_search(
         self,
         query_vec: bytes,
@@ -235,24 +316,17 @@ class Store:
     def replace_docs(
         self,
         version: str,
-        chunks: list[_DocTuple],
+        chunks: list[DocChunk],
         vectors: bytes,
         meta: tuple[str, str] | None = None,
     ) -> int:
         """Replaces the whole documentation index in one transaction (with `meta`)."""
     def count_docs(self) -> int: ...
     def search_docs(
-        self,
-        query_vec: bytes | None,
-        query_text: str,
-        top_k: int = 5,
-        candidates: int = 20,
-        rrf_k: float = 60.0,
-        vector_weight: float = 0.7,
-        keyword_weight: float = 0.3,
-        fusion: str = "convex",
+        self, query_vec: bytes | None, query_text: str, params: SearchParams | None = None
     ) -> list[DocHit]:
-        """Exact vector KNN and BM25 over the docs, fused by RRF; best first."""
+        """Hybrid search of the docs ranked by `params` (the defaults and top_k 5 when
+        None); best first."""
     def stats(self) -> list[tuple[str, int]]: ...
     def integrity_check(self) -> list[str]: ...
 

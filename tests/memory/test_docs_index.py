@@ -159,7 +159,7 @@ def test_a_new_klaw_version_reindexes(
     monkeypatch.setattr(klaw, "__version__", "99.0.0")
     upgraded = ensure_docs_indexed(memory, source)
     assert upgraded.indexed and upgraded.cache_hits == upgraded.chunks
-    hit = memory.store.search_docs(None, "aphids", top_k=1)[0]
+    hit = memory.store.search_docs(None, "aphids", _core.SearchParams(top_k=1))[0]
     assert hit.version == "99.0.0" and hit.file == "garden.md"
     assert not ensure_docs_indexed(memory, source).indexed
     assert ensure_docs_indexed(memory, source, force=True).indexed

@@ -72,7 +72,9 @@ class Indexed:
         return [self.note_of[i] for i, _ in self.store.keyword_search(text, k)]
 
     def hybrid(self, qvec: bytes, text: str) -> list[str]:
-        return [self.note_of[h.id] for h in self.store.search(qvec, text, top_k=K)]
+        return [
+            self.note_of[h.id] for h in self.store.search(qvec, text, _core.SearchParams(top_k=K))
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +89,7 @@ def indexed(
     split = len(notes) * step
     qvecs = [vecs[split + i * step : split + (i + 1) * step] for i in range(len(queries))]
     store = _core.Store(str(tmp_path_factory.mktemp("multilingual") / "klaw.db"), dim=backend.dim)
-    chunks: list[_core.ChunkTuple] = [(text, None, None, None, nid) for nid, text in notes]
+    chunks = [_core.NewChunk(content=text, chunk_hash=nid) for nid, text in notes]
     ids = store.add_chunks("notes", None, "2025-01-01T00:00:00Z", chunks, vecs[:split])
     yield Indexed(
         store, {cid: nid for cid, (nid, _) in zip(ids, notes, strict=True)}, queries, qvecs
@@ -214,7 +216,11 @@ def test_russian_case_forms_find_each_other(store: _core.Store) -> None:
     ]
     one = _core.pack_f32([1.0] + [0.0] * (DIM - 1))
     ids = store.add_chunks(
-        "t", None, "2025-01-01T00:00:00Z", [(t, None, None, None, t) for t in texts], one * 4
+        "t",
+        None,
+        "2025-01-01T00:00:00Z",
+        [_core.NewChunk(content=t, chunk_hash=t) for t in texts],
+        one * 4,
     )
     for query in ("памяти", "память", "памятью"):
         hits = [i for i, _ in store.keyword_search(query, 10)]
@@ -239,9 +245,7 @@ def test_crosslingual_queries_find_notes_in_another_language(
         hits = indexed.store.search(
             backend.embed_query(r["query"]),
             r["query"],
-            top_k=5,
-            keyword_pivot=4,
-            recency=s.recency,
+            _core.SearchParams(top_k=5, keyword_pivot=4, recency=s.recency),
         )
         found += any(indexed.note_of[h.id] in r["relevant"] for h in hits)
     assert found / len(rows) >= 0.9, f"cross-lingual hit@5 {found / len(rows):.3f}"

@@ -24,8 +24,8 @@ def pack(*vs: list[float]) -> bytes:
     return b"".join(_core.pack_f32(v) for v in vs)
 
 
-def chunk(text: str, h: str = "") -> tuple[str, None, None, None, str]:
-    return (text, None, None, None, h or text)
+def chunk(text: str, h: str = "") -> _core.NewChunk:
+    return _core.NewChunk(content=text, chunk_hash=h or text)
 
 
 def add(store: _core.Store, texts: list[str], start: int = 0, **kw: str) -> list[int]:
@@ -98,7 +98,9 @@ RRF: dict[str, Any] = {"fusion": "rrf", "vector_weight": 1.0, "keyword_weight": 
 def test_hybrid_rrf_fuses_both_lists(store: _core.Store) -> None:
     add(store, ["alpha keyword here", "beta text", "gamma keyword"])
     # Query vector closest to chunk 2; keyword matches 1 and 3.
-    hits = store.search(_core.pack_f32(vec(1)), "keyword", top_k=10, candidates=20, **RRF)
+    hits = store.search(
+        _core.pack_f32(vec(1)), "keyword", _core.SearchParams(top_k=10, candidates=20, **RRF)
+    )
     ids = [h.id for h in hits]
     assert set(ids) == {1, 2, 3}
     top = hits[0]
@@ -112,27 +114,32 @@ def test_hybrid_rrf_fuses_both_lists(store: _core.Store) -> None:
 
 def test_rrf_exact_scores_and_top_k(store: _core.Store) -> None:
     add(store, [f"common word {i}" for i in range(15)])
-    hits = store.search(_core.pack_f32(vec(0)), "nomatchhere", top_k=3, **RRF)
+    hits = store.search(_core.pack_f32(vec(0)), "nomatchhere", _core.SearchParams(top_k=3, **RRF))
     assert len(hits) == 3  # keyword list empty → vector only
     assert hits[0].id == 1 and hits[0].score == pytest.approx(1 / 61)
     assert hits[1].score == pytest.approx(1 / 62)
-    hits = store.search(None, "word", top_k=4, **RRF)  # no vector → keyword only
+    # No vector → keyword only.
+    hits = store.search(None, "word", _core.SearchParams(top_k=4, **RRF))
     assert len(hits) == 4 and hits[0].score == pytest.approx(1 / 61)
-    hits = store.search(_core.pack_f32(vec(0)), "common", top_k=2, rrf_k=10.0, **RRF)
+    hits = store.search(
+        _core.pack_f32(vec(0)), "common", _core.SearchParams(top_k=2, rrf_k=10.0, **RRF)
+    )
     assert hits[0].score == pytest.approx(2 / 11)  # first in both lists with k=10
     with pytest.raises(InvalidInput, match="fusion"):
-        store.search(None, "word", fusion="borda")
+        _core.SearchParams(fusion="borda")
 
 
 def test_convex_fusion_weights_normalised_scores_and_recency(store: _core.Store) -> None:
     add(store, ["alpha keyword here", "beta text", "gamma keyword"])
     q = _core.pack_f32(vec(1))  # nearest to chunk 2; the keyword matches 1 and 3
-    hits = store.search(q, "keyword", top_k=3)  # convex 0.7 / 0.3 by default
+    hits = store.search(q, "keyword", _core.SearchParams(top_k=3))  # convex 0.7 / 0.3 by default
     # Each list's best scores 1 after min-max: chunk 2 gets the vector weight.
     assert hits[0].id == 2 and hits[0].score == pytest.approx(0.7, abs=1e-6)
     assert all(0 <= h.score <= 1 + 1e-9 for h in hits)
     # Keyword only (weight 0 on vectors): a chunk the words do not match is not found.
-    kw = store.search(q, "keyword", top_k=3, vector_weight=0.0, keyword_weight=1.0)
+    kw = store.search(
+        q, "keyword", _core.SearchParams(top_k=3, vector_weight=0.0, keyword_weight=1.0)
+    )
     assert [h.id for h in kw][:2] in ([1, 3], [3, 1]) and kw[-1].score == 0.0
 
 
@@ -140,23 +147,25 @@ def test_recency_puts_the_newer_of_two_close_candidates_first(store: _core.Store
     add(store, ["my phone number is 111"], 0, created_at="2025-01-01T00:00:00Z")
     add(store, ["my phone number is 222"], 1, created_at="2026-06-01T00:00:00Z")
     q = _core.pack_f32(vec(0))  # the vector prefers the old note
-    assert store.search(q, "phone number", top_k=2)[0].content.endswith("111")
-    assert store.search(q, "phone number", top_k=2, recency=1.0)[0].content.endswith("222")
+    assert store.search(q, "phone number", _core.SearchParams(top_k=2))[0].content.endswith("111")
+    newer = _core.SearchParams(top_k=2, recency=1.0)
+    assert store.search(q, "phone number", newer)[0].content.endswith("222")
 
 
 def test_conversation_chunks_only_answer_a_search_naming_their_chat(store: _core.Store) -> None:
     add(store, ["the garage code is 4711"], 0, source="chat:telegram_1")
     add(store, ["the garage has two bikes"], 1)
     q = _core.pack_f32(vec(0))
+    top5 = _core.SearchParams(top_k=5)
     for hits in (
-        [h.id for h in store.search(q, "garage code 4711", top_k=5)],
+        [h.id for h in store.search(q, "garage code 4711", top5)],
         [i for i, _ in store.vector_search(q, k=5)],
         [i for i, _ in store.keyword_search("garage code 4711", k=5)],
     ):
         assert hits == [2]
-    mine = store.search(q, "garage code", top_k=5, source="chat:telegram_1")
+    mine = store.search(q, "garage code", top5, source="chat:telegram_1")
     assert [h.content for h in mine] == ["the garage code is 4711"]
-    assert store.search(q, "garage code", top_k=5, source="chat:telegram_2") == []
+    assert store.search(q, "garage code", top5, source="chat:telegram_2") == []
 
 
 def test_filters_since_until_source(store: _core.Store) -> None:
@@ -176,7 +185,10 @@ def test_filters_since_until_source(store: _core.Store) -> None:
 
 
 def test_replace_file_and_remove_file(store: _core.Store) -> None:
-    chunks = [("line one", 1, 1, "H", "a"), ("line two", 2, 2, "H", "b")]
+    chunks = [
+        _core.NewChunk(content="line one", chunk_hash="a", start_line=1, end_line=1, heading="H"),
+        _core.NewChunk(content="line two", chunk_hash="b", start_line=2, end_line=2, heading="H"),
+    ]
     ids = store.replace_file(
         "MEMORY.md",
         "MEMORY.md",

@@ -203,7 +203,7 @@ class Memory:
 
     # --- writing ---------------------------------------------------------
 
-    def _chunks(self, text: str) -> list[Any]:
+    def _chunks(self, text: str) -> list[_core.Chunk]:
         c = self.config.memory.chunking
         return list(_core.chunk_markdown(text, c.size, c.overlap))
 
@@ -219,10 +219,16 @@ class Memory:
         return b"".join(parts), hits
 
     @staticmethod
-    def _tuples(chunks: list[Any]) -> list[tuple[str, int | None, int | None, str | None, str]]:
+    def _new_chunks(chunks: list[_core.Chunk], *, lines: bool = True) -> list[_core.NewChunk]:
         hashes = _core.text_hashes([c.text for c in chunks])
         return [
-            (c.text, c.start_line, c.end_line, " > ".join(c.heading_path) or None, h)
+            _core.NewChunk(
+                content=c.text,
+                chunk_hash=h,
+                start_line=c.start_line if lines else None,
+                end_line=c.end_line if lines else None,
+                heading=" > ".join(c.heading_path) or None,
+            )
             for c, h in zip(chunks, hashes, strict=True)
         ]
 
@@ -274,13 +280,12 @@ class Memory:
         chunks = self._chunks(record["text"])
         if not chunks:
             return []
-        tuples = self._tuples(chunks)
-        vectors, _ = self._embed([t[0] for t in tuples])
         # Saved facts have no file lines to cite: the line range is dropped.
-        tuples = [(t[0], None, None, t[3], t[4]) for t in tuples]
+        new = self._new_chunks(chunks, lines=False)
+        vectors, _ = self._embed([c.content for c in new])
         return list(
             self.store.add_chunks(
-                record["source"], record.get("chat_id"), record["ts"], tuples, vectors
+                record["source"], record.get("chat_id"), record["ts"], new, vectors
             )
         )
 
@@ -354,11 +359,11 @@ class Memory:
             )
             return stored
         # Ollama embeds over HTTP from Python: the same steps, one crossing each.
-        tuples = self._tuples(self._chunks(text))
+        new = self._new_chunks(self._chunks(text))
         del text
-        vectors, _ = self._embed([t[0] for t in tuples])
+        vectors, _ = self._embed([c.content for c in new])
         ids = self.store.replace_file(
-            label, source or label, digest, st.st_mtime, st.st_size, created, tuples, vectors
+            label, source or label, digest, st.st_mtime, st.st_size, created, new, vectors
         )
         return len(ids)
 
@@ -464,21 +469,11 @@ class Memory:
         qvec = self.backend.embed_query(query)
         # Newer first, unless the question is about a time or about the past itself.
         recent = recency and since is None and until is None and not asks_about_past(query)
-        wv, wk = self.fusion_weights()
+        params = self.search_params(
+            k, recency=s.recency if recent else 0.0, keyword_pivot=self.keyword_pivot()
+        )
         hits = self.store.search(
-            qvec,
-            query,
-            top_k=k,
-            candidates=max(s.candidates, k),
-            rrf_k=float(s.rrf_k),
-            vector_weight=wv,
-            keyword_weight=wk,
-            since=to_iso(since),
-            until=to_iso(until),
-            source=source,
-            fusion=s.fusion,
-            recency=s.recency if recent else 0.0,
-            keyword_pivot=self.keyword_pivot(),
+            qvec, query, params, since=to_iso(since), until=to_iso(until), source=source
         )
         return [
             Hit(
@@ -494,6 +489,23 @@ class Memory:
             )
             for h in hits
         ]
+
+    def search_params(
+        self, top_k: int, *, recency: float = 0.0, keyword_pivot: int = 0
+    ) -> _core.SearchParams:
+        """memory.search's ranking for `top_k` results, for memory and the docs alike."""
+        s = self.config.memory.search
+        wv, wk = self.fusion_weights()
+        return _core.SearchParams(
+            top_k=top_k,
+            candidates=max(s.candidates, top_k),
+            rrf_k=float(s.rrf_k),
+            vector_weight=wv,
+            keyword_weight=wk,
+            fusion=s.fusion,
+            recency=recency,
+            keyword_pivot=keyword_pivot,
+        )
 
     def fusion_weights(self) -> tuple[float, float]:
         """(vector, keyword) weights: engine.yaml's, else those measured for the model."""

@@ -53,10 +53,8 @@ def _rounds(rows: Sequence[tuple[int, _core.Message]]) -> list[list[tuple[int, _
     return rounds
 
 
-def round_chunks(
-    rnd: Sequence[_core.Message], size: int, overlap: int
-) -> list[tuple[str, int | None, int | None, str | None, str]]:
-    """A round's chunk tuples: the user's lines (`user: …`) and the replies
+def round_chunks(rnd: Sequence[_core.Message], size: int, overlap: int) -> list[_core.NewChunk]:
+    """A round's chunks: the user's lines (`user: …`) and the replies
     (`assistant: …`) each cut to the chunk size like any note, every chunk citing the
     whole round's message ids.
 
@@ -70,7 +68,10 @@ def round_chunks(
         if text:
             pieces += [c.text for c in _core.chunk_markdown(text, size, overlap)]
     hashes = _core.text_hashes(pieces)
-    return [(p, None, None, ids, h) for p, h in zip(pieces, hashes, strict=True)]
+    return [
+        _core.NewChunk(content=p, chunk_hash=h, heading=ids)
+        for p, h in zip(pieces, hashes, strict=True)
+    ]
 
 
 def index_chat(
@@ -109,10 +110,10 @@ def index_chat(
                 cut = len(rows)  # one round longer than a batch: index what there is
         for rnd in rounds:
             msgs = [m for _, m in rnd]
-            tuples = round_chunks(msgs, c.size, c.overlap)
-            vectors, _ = backend.embed_cached(cache, [t[0] for t in tuples])
-            store.add_chunks(chat_source(chat_id), chat_id, msgs[0].created_at, tuples, vectors)
-            written += len(tuples)
+            chunks = round_chunks(msgs, c.size, c.overlap)
+            vectors, _ = backend.embed_cached(cache, [t.content for t in chunks])
+            store.add_chunks(chat_source(chat_id), chat_id, msgs[0].created_at, chunks, vectors)
+            written += len(chunks)
         if cut == 0:
             return written
         mark = rows[cut - 1][0]

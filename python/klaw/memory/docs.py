@@ -284,14 +284,23 @@ def ensure_docs_indexed(
             report.chunks = memory.store.count_docs()
             report.seconds = time.perf_counter() - t0
             return report
-        rows: list[tuple[str, str | None, str, int, int | None, int | None]] = []
+        rows: list[_core.DocChunk] = []
         embed_texts: list[str] = []
         for f, chunks in zip(
             files, _core.chunk_all([f.text for f in files], c.size, c.overlap), strict=True
         ):
             for i, ch in enumerate(chunks):
                 section = " > ".join(ch.heading_path) or None
-                rows.append((f.path, section, ch.text, i, ch.start_line, ch.end_line))
+                rows.append(
+                    _core.DocChunk(
+                        file=f.path,
+                        content=ch.text,
+                        chunk=i,
+                        section=section,
+                        start_line=ch.start_line,
+                        end_line=ch.end_line,
+                    )
+                )
                 # The headings give a chunk the context its own words may lack.
                 embed_texts.append(f"{section}\n\n{ch.text}" if section else ch.text)
         vectors, hits = memory._embed(embed_texts) if embed_texts else (b"", 0)
@@ -356,17 +365,8 @@ class Docs:
         store = self.memory.store
         if store.count_docs() == 0:
             self.ensure_indexed()
-        s = self.memory.config.memory.search
-        wv, wk = self.memory.fusion_weights()
         hits = store.search_docs(
-            self.memory.backend.embed_query(query),
-            query,
-            top_k=top_k,
-            candidates=max(s.candidates, top_k),
-            rrf_k=float(s.rrf_k),
-            vector_weight=wv,
-            keyword_weight=wk,
-            fusion=s.fusion,
+            self.memory.backend.embed_query(query), query, self.memory.search_params(top_k)
         )
         return [
             DocHit(h.file, h.section, h.content, h.start_line, h.end_line, h.chunk, h.score)

@@ -1,9 +1,10 @@
 //! Klaw's documentation: the Markdown files of `docs/`, compiled into the extension
 //! so every install (editable, wheel, sdist) carries them, and `DocHit`, a result
-//! of `Store.search_docs`.
+//! of `Store.search_docs`, and `DocChunk`, what `Store.replace_docs` stores.
 //!
 //! `build.rs` lists `docs/*.md`, so a new page is bundled by the next build.
 
+use klaw_core::store::DocChunk;
 use pyo3::prelude::*;
 
 /// (file name, Markdown text), sorted by name; the list is made by `build.rs`.
@@ -54,33 +55,81 @@ impl From<klaw_core::store::DocHit> for PyDocHit {
     }
 }
 
-/// (file, section, content, chunk index, start_line, end_line) of a doc chunk.
-pub type DocTuple = (
-    String,
-    Option<String>,
-    String,
-    i64,
-    Option<i64>,
-    Option<i64>,
-);
+/// One chunk of a documentation page (`Store.replace_docs`); its vector is passed
+/// alongside.
+#[pyclass(frozen, module = "klaw._core", name = "DocChunk")]
+pub struct PyDocChunk(DocChunk);
 
-pub fn doc_chunks(t: Vec<DocTuple>) -> Vec<klaw_core::store::DocChunk> {
-    t.into_iter()
-        .map(
-            |(file, section, content, chunk, start_line, end_line)| klaw_core::store::DocChunk {
-                file,
-                section,
-                content,
-                chunk,
-                start_line,
-                end_line,
-            },
+#[pymethods]
+impl PyDocChunk {
+    #[new]
+    #[pyo3(signature = (*, file, content, chunk, section = None, start_line = None, end_line = None))]
+    fn new(
+        file: String,
+        content: String,
+        chunk: i64,
+        section: Option<String>,
+        start_line: Option<i64>,
+        end_line: Option<i64>,
+    ) -> Self {
+        PyDocChunk(DocChunk {
+            file,
+            section,
+            content,
+            chunk,
+            start_line,
+            end_line,
+        })
+    }
+
+    #[getter]
+    fn file(&self) -> &str {
+        &self.0.file
+    }
+
+    #[getter]
+    fn content(&self) -> &str {
+        &self.0.content
+    }
+
+    #[getter]
+    fn chunk(&self) -> i64 {
+        self.0.chunk
+    }
+
+    #[getter]
+    fn section(&self) -> Option<&str> {
+        self.0.section.as_deref()
+    }
+
+    #[getter]
+    fn start_line(&self) -> Option<i64> {
+        self.0.start_line
+    }
+
+    #[getter]
+    fn end_line(&self) -> Option<i64> {
+        self.0.end_line
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "DocChunk(file={:?}, chunk={}, section={:?})",
+            self.0.file, self.0.chunk, self.0.section
         )
-        .collect()
+    }
+}
+
+impl PyDocChunk {
+    /// Owned copies, so the GIL can be released around the write.
+    pub fn owned(chunks: &[Bound<'_, PyDocChunk>]) -> Vec<DocChunk> {
+        chunks.iter().map(|c| c.get().0.clone()).collect()
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDocHit>()?;
+    m.add_class::<PyDocChunk>()?;
     m.add_function(wrap_pyfunction!(bundled_docs, m)?)?;
     Ok(())
 }

@@ -11,6 +11,7 @@ mod embed;
 mod errors;
 mod record;
 mod reindex;
+mod search;
 mod store;
 mod tokens;
 mod vision;
@@ -21,6 +22,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     chunk::register(m)?;
     tokens::register(m)?;
     store::register(m)?;
+    search::register(m)?;
     docs::register(m)?;
     embed::register(m)?;
     record::register(m)?;

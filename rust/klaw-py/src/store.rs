@@ -1,8 +1,8 @@
 //! `Store`, `Hit`: the klaw.db API for Python. Every call releases the GIL.
 
-use crate::docs::{doc_chunks, DocTuple, PyDocHit};
+use crate::docs::{PyDocChunk, PyDocHit};
 use crate::errors::to_py;
-use klaw_core::search::{Fusion, FusionParams};
+use crate::search::PySearchParams;
 use klaw_core::store::{FileState, Filter, MessageRow, NewChunk, Store};
 use klaw_core::timeutil::parse_iso;
 use klaw_core::CoreError;
@@ -49,7 +49,63 @@ impl From<klaw_core::store::Hit> for PyHit {
     }
 }
 
-pub type ChunkTuple = (String, Option<i64>, Option<i64>, Option<String>, String);
+/// A chunk to store (`Store.replace_file`, `Store.add_chunks`); its vector is passed
+/// alongside.
+#[pyclass(frozen, module = "klaw._core", name = "NewChunk")]
+pub struct PyNewChunk(NewChunk);
+
+#[pymethods]
+impl PyNewChunk {
+    #[new]
+    #[pyo3(signature = (*, content, chunk_hash, start_line = None, end_line = None, heading = None))]
+    fn new(
+        content: String,
+        chunk_hash: String,
+        start_line: Option<i64>,
+        end_line: Option<i64>,
+        heading: Option<String>,
+    ) -> Self {
+        PyNewChunk(NewChunk {
+            content,
+            start_line,
+            end_line,
+            heading,
+            chunk_hash,
+        })
+    }
+
+    #[getter]
+    fn content(&self) -> &str {
+        &self.0.content
+    }
+
+    #[getter]
+    fn chunk_hash(&self) -> &str {
+        &self.0.chunk_hash
+    }
+
+    #[getter]
+    fn start_line(&self) -> Option<i64> {
+        self.0.start_line
+    }
+
+    #[getter]
+    fn end_line(&self) -> Option<i64> {
+        self.0.end_line
+    }
+
+    #[getter]
+    fn heading(&self) -> Option<&str> {
+        self.0.heading.as_deref()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "NewChunk(lines={:?}-{:?}, heading={:?}, chunk_hash={:?})",
+            self.0.start_line, self.0.end_line, self.0.heading, self.0.chunk_hash
+        )
+    }
+}
 
 /// One conversation message as klaw.db stores it (what reindex makes of a JSONL
 /// line); `metadata` is the `meta` object's JSON text.
@@ -177,18 +233,9 @@ impl PySession {
     }
 }
 
-fn chunks_from(t: Vec<ChunkTuple>) -> Vec<NewChunk> {
-    t.into_iter()
-        .map(
-            |(content, start_line, end_line, heading, chunk_hash)| NewChunk {
-                content,
-                start_line,
-                end_line,
-                heading,
-                chunk_hash,
-            },
-        )
-        .collect()
+/// Owned copies, so the GIL can be released around the write.
+fn chunks_from(chunks: &[Bound<'_, PyNewChunk>]) -> Vec<NewChunk> {
+    chunks.iter().map(|c| c.get().0.clone()).collect()
 }
 
 pub fn floats(b: &[u8]) -> PyResult<Vec<f32>> {
@@ -297,11 +344,11 @@ impl PyStore {
         mtime: f64,
         size: i64,
         created_at: String,
-        chunks: Vec<ChunkTuple>,
+        chunks: Vec<Bound<'_, PyNewChunk>>,
         vectors: &[u8],
     ) -> PyResult<Vec<i64>> {
         let v = floats(vectors)?;
-        let chunks = chunks_from(chunks);
+        let chunks = chunks_from(&chunks);
         let state = FileState { hash, mtime, size };
         py.detach(|| {
             self.inner
@@ -321,11 +368,11 @@ impl PyStore {
         source: String,
         chat_id: Option<String>,
         created_at: String,
-        chunks: Vec<ChunkTuple>,
+        chunks: Vec<Bound<'_, PyNewChunk>>,
         vectors: &[u8],
     ) -> PyResult<Vec<i64>> {
         let v = floats(vectors)?;
-        let chunks = chunks_from(chunks);
+        let chunks = chunks_from(&chunks);
         py.detach(|| {
             self.inner
                 .add_chunks(&source, chat_id.as_deref(), &created_at, &chunks, &v)
@@ -337,26 +384,20 @@ impl PyStore {
         py.detach(|| self.inner.count_chunks()).map_err(to_py)
     }
 
+    /// Hybrid search ranked by `params` (the defaults when None), filtered by time
+    /// and source.
+    #[pyo3(signature = (query_vec, query_text, params = None, *, since = None, until = None,
+                        source = None))]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (query_vec, query_text, top_k = 10, candidates = 20, rrf_k = 60.0,
-                        vector_weight = 0.7, keyword_weight = 0.3, since = None, until = None,
-                        source = None, fusion = "convex", recency = 0.0, keyword_pivot = 0))]
     fn search(
         &self,
         py: Python<'_>,
         query_vec: Option<&[u8]>,
         query_text: String,
-        top_k: usize,
-        candidates: usize,
-        rrf_k: f64,
-        vector_weight: f64,
-        keyword_weight: f64,
+        params: Option<&Bound<'_, PySearchParams>>,
         since: Option<String>,
         until: Option<String>,
         source: Option<String>,
-        fusion: &str,
-        recency: f64,
-        keyword_pivot: usize,
     ) -> PyResult<Vec<PyHit>> {
         let q = query_vec.map(floats).transpose()?;
         let f = Filter {
@@ -364,17 +405,12 @@ impl PyStore {
             until: iso("until", until)?,
             source,
         };
-        let p = FusionParams {
-            candidates: candidates.max(top_k),
-            fusion: fusion_named(fusion)?,
-            rrf_k,
-            vector_weight,
-            keyword_weight,
-            recency,
-            keyword_pivot,
-        };
+        let p = PySearchParams::or_default(params, 10);
         let hits = py
-            .detach(|| self.inner.search(q.as_deref(), &query_text, top_k, &p, &f))
+            .detach(|| {
+                self.inner
+                    .search(q.as_deref(), &query_text, p.top_k, &p.fusion, &f)
+            })
             .map_err(to_py)?;
         Ok(hits.into_iter().map(PyHit::from).collect())
     }
@@ -560,12 +596,12 @@ impl PyStore {
         &self,
         py: Python<'_>,
         version: String,
-        chunks: Vec<DocTuple>,
+        chunks: Vec<Bound<'_, PyDocChunk>>,
         vectors: &[u8],
         meta: Option<(String, String)>,
     ) -> PyResult<usize> {
         let v = floats(vectors)?;
-        let chunks = doc_chunks(chunks);
+        let chunks = PyDocChunk::owned(&chunks);
         py.detach(|| {
             let meta = meta.as_ref().map(|(k, v)| (k.as_str(), v.as_str()));
             self.inner.replace_docs(&version, &chunks, &v, meta)
@@ -577,33 +613,23 @@ impl PyStore {
         py.detach(|| self.inner.count_docs()).map_err(to_py)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (query_vec, query_text, top_k = 5, candidates = 20, rrf_k = 60.0,
-                        vector_weight = 0.7, keyword_weight = 0.3, fusion = "convex"))]
+    /// Hybrid search of the docs ranked by `params` (the defaults and 5 results when
+    /// None).
+    #[pyo3(signature = (query_vec, query_text, params = None))]
     fn search_docs(
         &self,
         py: Python<'_>,
         query_vec: Option<&[u8]>,
         query_text: String,
-        top_k: usize,
-        candidates: usize,
-        rrf_k: f64,
-        vector_weight: f64,
-        keyword_weight: f64,
-        fusion: &str,
+        params: Option<&Bound<'_, PySearchParams>>,
     ) -> PyResult<Vec<PyDocHit>> {
         let q = query_vec.map(floats).transpose()?;
-        let p = FusionParams {
-            candidates: candidates.max(top_k),
-            fusion: fusion_named(fusion)?,
-            rrf_k,
-            vector_weight,
-            keyword_weight,
-            recency: 0.0,
-            keyword_pivot: 0,
-        };
+        let p = PySearchParams::or_default(params, 5);
         let hits = py
-            .detach(|| self.inner.search_docs(q.as_deref(), &query_text, top_k, &p))
+            .detach(|| {
+                self.inner
+                    .search_docs(q.as_deref(), &query_text, p.top_k, &p.fusion)
+            })
             .map_err(to_py)?;
         Ok(hits.into_iter().map(PyDocHit::from).collect())
     }
@@ -640,6 +666,7 @@ pub fn analyze(py: Python<'_>, text: String, query: bool) -> Vec<String> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStore>()?;
     m.add_class::<PyHit>()?;
+    m.add_class::<PyNewChunk>()?;
     m.add_class::<PyMessage>()?;
     m.add_class::<PyFileState>()?;
     m.add_class::<PySession>()?;
@@ -647,14 +674,4 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(unpack_f32, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     Ok(())
-}
-
-fn fusion_named(name: &str) -> PyResult<Fusion> {
-    match name {
-        "convex" => Ok(Fusion::Convex),
-        "rrf" => Ok(Fusion::Rrf),
-        other => Err(to_py(klaw_core::CoreError::InvalidInput(format!(
-            "fusion must be convex or rrf, got {other:?}"
-        )))),
-    }
 }
