@@ -4,7 +4,9 @@ and, where it matters, the real engine with `klaw` as a process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import sqlite3
 from contextlib import closing
 from datetime import datetime, timedelta
@@ -13,9 +15,19 @@ from typing import Any
 
 import pytest
 from hostile_jobs import crafted_states, insert_job_row
-from sched_support import engine_running, engine_yaml, klaw
+from sched_support import (  # noqa: F401 (fixture)
+    OWNER,
+    FakeTelegram,
+    T,
+    engine_running,
+    engine_yaml,
+    gateway_running,
+    klaw,
+    telegram_fixture,
+)
 
 from klaw.paths import KlawPaths
+from klaw.scheduler.health import set_aside_copies
 from klaw.scheduler.jobs import JobSpec
 from klaw.scheduler.service import Scheduler, store_jobs
 from scripted_llm import FakeLLM
@@ -73,3 +85,58 @@ async def test_the_engine_starts_on_a_crafted_row_without_running_it(
         assert "good" in names and "evil" not in names
     assert not marker.exists()
     assert [r[0] for r in _unreadable(klaw_home.scheduler_db)] == ["evil"]
+
+
+# ------------------------------------------------------------------ a damaged file
+
+
+def _damage(db: Path, how: str) -> bytes:
+    """scheduler.db truncated to 20,000 bytes (a full SD card) or random bytes."""
+    if how == "truncated":
+        specs = [
+            JobSpec(name=f"job-{i}", cron="0 0 8 * * ?", message="m" * 500, timezone="UTC")
+            for i in range(100)
+        ]
+        store_jobs(db, specs)
+        data = db.read_bytes()[:20_000]
+    else:
+        data = random.Random(8).randbytes(50_000)
+        db.parent.mkdir(parents=True)
+    db.write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("how", ["truncated", "random"])
+async def test_a_damaged_scheduler_db_is_set_aside_and_chats_keep_working(
+    klaw_home: KlawPaths,
+    llm: FakeLLM,
+    backend: Any,
+    telegram: FakeTelegram,
+    caplog: pytest.LogCaptureFixture,
+    how: str,
+) -> None:
+    db = klaw_home.scheduler_db
+    engine_yaml(klaw_home.engine_config, llm.url)
+    data = _damage(db, how)
+    rc, out, _ = await klaw("doctor")
+    assert rc == 1 and "Healthy" not in out
+    assert f"FAIL  scheduler: {db} is damaged" in out, out
+
+    telegram.add_chat(OWNER)
+    llm.answer("Still here.")
+    async with engine_running(klaw_home, backend), gateway_running(klaw_home, telegram) as gw:
+        await asyncio.wait_for(gw.connected.wait(), T)
+        telegram.text(OWNER, "are you there?")
+        (reply,) = await telegram.wait_sent(OWNER, 1, T)
+        assert reply.visible == "Still here."
+        rc, _, err = await klaw("schedule", "add", "tidy", "0 0 3 * * ?", "Tidy the inbox")
+        assert rc == 0, err
+
+    (aside,) = set_aside_copies(db)
+    assert aside.read_bytes() == data  # kept as it was, for the owner
+    logged = [r.getMessage() for r in caplog.records if r.name == "klaw.scheduler"]
+    assert any(str(db) in m and str(aside) in m and "tar -xzOf" in m for m in logged), logged
+    rc, out, _ = await klaw("doctor")
+    assert rc == 1 and "Healthy" not in out
+    assert f"FAIL  scheduler: a damaged scheduler.db was set aside as {aside}" in out, out
+    assert f"then delete {aside}" in out

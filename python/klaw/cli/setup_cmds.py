@@ -156,7 +156,7 @@ def _model_missing(paths: KlawPaths) -> bool:
     package: a `pip install klaw` brings it, so init can finish the set-up offline)."""
     from klaw.config import load_engine_config
     from klaw.errors import ConfigError, ModelNotFound
-    from klaw.models import resolve_model_files
+    from klaw.memory.models.registry import resolve_model_files
 
     try:
         resolve_model_files(load_engine_config(paths.engine_config).memory.embedding, paths)
@@ -281,7 +281,12 @@ def _check_dirs(doc: _Doctor, paths: KlawPaths, workspace: Path) -> None:
 def _check_model(doc: _Doctor, cfg: EngineConfig, paths: KlawPaths) -> str | None:
     """Check model.onnx/tokenizer.json; return the model id when usable."""
     from klaw.errors import ModelNotFound
-    from klaw.models import can_install, embedding_id, model_spec, resolve_model_files
+    from klaw.memory.models.registry import (
+        can_install,
+        embedding_id,
+        model_spec,
+        resolve_model_files,
+    )
 
     emb = cfg.memory.embedding
     try:
@@ -308,7 +313,7 @@ def _check_model(doc: _Doctor, cfg: EngineConfig, paths: KlawPaths) -> str | Non
 
 
 def _check_ort(doc: _Doctor, cfg: EngineConfig) -> bool:
-    from klaw.models import find_ort_library
+    from klaw.memory.models.registry import find_ort_library
 
     configured = cfg.memory.embedding.ort_library
     if configured and not Path(configured).expanduser().is_file():
@@ -350,6 +355,33 @@ def _check_store(doc: _Doctor, paths: KlawPaths) -> None:
         doc.fail(f"store: {paths.db}", "klaw reindex  (rebuilds klaw.db from the files)", problems)
     else:
         doc.ok(f"store: {paths.db}" + ("" if paths.db.exists() else " (not created yet)"))
+
+
+def _check_scheduler(doc: _Doctor, paths: KlawPaths) -> None:
+    import sqlite3
+
+    from klaw.scheduler.health import damage, restore_hint, set_aside_copies
+
+    db = paths.scheduler_db
+    try:
+        why = damage(db)
+    except sqlite3.Error as exc:  # locked or unreadable: not damage, but say so
+        doc.warn(f"scheduler: {db} could not be checked ({exc})", "run `klaw doctor` again")
+        return
+    aside = set_aside_copies(db)
+    if why is not None:
+        doc.fail(
+            f"scheduler: {db} is damaged ({why})",
+            f"start the engine, which sets it aside and starts a new one; then {restore_hint(db)}",
+        )
+    for copy in aside:
+        doc.fail(
+            f"scheduler: a damaged scheduler.db was set aside as {copy}; the jobs it held "
+            "are not scheduled",
+            f"{restore_hint(db)}; then delete {copy}",
+        )
+    if why is None and not aside:
+        doc.ok(f"scheduler: {db}" + ("" if db.exists() else " (not created yet)"))
 
 
 def _check_core_memory(doc: _Doctor, paths: KlawPaths) -> None:
@@ -499,6 +531,7 @@ def doctor() -> int:
         model = _check_model(doc, cfg, paths)
         ort_ok = _check_ort(doc, cfg)
     _check_store(doc, paths)
+    _check_scheduler(doc, paths)
     _check_core_memory(doc, paths)
     _check_disk(doc, paths)
     _check_provider(doc, cfg)
@@ -521,14 +554,14 @@ def model_install(
     cache: the model named, else engine.yaml's `memory.embedding.model`, else the default."""
     from klaw.config import load_engine_config
     from klaw.errors import ConfigError, ModelNotFound
-    from klaw.models import ModelFiles, install_model, model_id, model_spec
+    from klaw.memory.models.registry import ModelFiles, install_model, model_id, model_spec
 
     paths = KlawPaths.from_env()
     if name is None:
         try:
             name = load_engine_config().memory.embedding.model
         except ConfigError:
-            from klaw.models import DEFAULT_MODEL
+            from klaw.memory.models.registry import DEFAULT_MODEL
 
             name = DEFAULT_MODEL
     install_hint = model_spec(name).install_hint

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from apscheduler.executors.base import BaseExecutor
 
 from klaw.scheduler.cron import CronTrigger
+from klaw.scheduler.health import set_aside_if_damaged
 from klaw.scheduler.jobs import JobError, JobSpec, check_name
 from klaw.scheduler.jobstate import HANDLER
 from klaw.scheduler.ledger import Ledger, Run
@@ -64,6 +65,7 @@ class Scheduler:
         self.db = db
         self.run_job = run  # set before `start` (the engine's JobRunner)
         self.catch_up = catch_up
+        set_aside_if_damaged(db)  # chats need no jobs: a damaged file gives way to a new one
         self.ledger = Ledger(db)
         self._aps: AsyncIOScheduler | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}  # job name → its running run
