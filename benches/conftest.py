@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus
 from klaw.config import EmbeddingConfig
-from klaw.models import model_spec
+from klaw.memory.models.registry import model_spec
 from smoke import scaled
 
 N = scaled(100_000, 2_000)
@@ -90,7 +90,7 @@ def python_embedder(model: str | None = None) -> Callable[[list[str]], np.ndarra
     import tokenizers
 
     from klaw.config import EmbeddingConfig
-    from klaw.models import model_spec, resolve_model_files
+    from klaw.memory.models.registry import model_spec, resolve_model_files
 
     cfg = EmbeddingConfig() if model is None else EmbeddingConfig(model=model)
     spec = model_spec(cfg.model)

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import tokenizers
 
 from klaw.config import EmbeddingConfig
-from klaw.models import model_spec, resolve_model_files
+from klaw.memory.models.registry import model_spec, resolve_model_files
 
 
 def main() -> None:

@@ -148,7 +148,7 @@ def build_home(root: Path, endpoint: str) -> Any:
     from klaw.config import load_engine_config
     from klaw.memory import Memory
     from klaw.memory.api import load_backend
-    from klaw.models import install_model
+    from klaw.memory.models.registry import install_model
     from klaw.paths import KlawPaths
 
     paths = KlawPaths.from_env(klaw_env(root))

@@ -615,8 +615,8 @@ def shipped(
     `candidates` per leg overrides the default (and raises top_k to it), `weights` the
     model's (vector weight, keyword weight, keyword pivot)."""
     from klaw.config import SearchConfig
+    from klaw.memory.models.registry import model_spec
     from klaw.memory.timewords import asks_about_past
-    from klaw.models import model_spec
 
     s = SearchConfig()
     spec = model_spec(model)

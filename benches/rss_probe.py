@@ -34,7 +34,7 @@ def python(db: str) -> None:
     import tokenizers
 
     from klaw.config import EmbeddingConfig
-    from klaw.models import model_spec, resolve_model_files
+    from klaw.memory.models.registry import model_spec, resolve_model_files
 
     spec = model_spec(EmbeddingConfig().model)
     files = resolve_model_files()

