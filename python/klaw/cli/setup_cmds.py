@@ -357,6 +357,33 @@ def _check_store(doc: _Doctor, paths: KlawPaths) -> None:
         doc.ok(f"store: {paths.db}" + ("" if paths.db.exists() else " (not created yet)"))
 
 
+def _check_scheduler(doc: _Doctor, paths: KlawPaths) -> None:
+    import sqlite3
+
+    from klaw.scheduler.health import damage, restore_hint, set_aside_copies
+
+    db = paths.scheduler_db
+    try:
+        why = damage(db)
+    except sqlite3.Error as exc:  # locked or unreadable: not damage, but say so
+        doc.warn(f"scheduler: {db} could not be checked ({exc})", "run `klaw doctor` again")
+        return
+    aside = set_aside_copies(db)
+    if why is not None:
+        doc.fail(
+            f"scheduler: {db} is damaged ({why})",
+            f"start the engine, which sets it aside and starts a new one; then {restore_hint(db)}",
+        )
+    for copy in aside:
+        doc.fail(
+            f"scheduler: a damaged scheduler.db was set aside as {copy}; the jobs it held "
+            "are not scheduled",
+            f"{restore_hint(db)}; then delete {copy}",
+        )
+    if why is None and not aside:
+        doc.ok(f"scheduler: {db}" + ("" if db.exists() else " (not created yet)"))
+
+
 def _check_core_memory(doc: _Doctor, paths: KlawPaths) -> None:
     from klaw.memory.core import CoreMemory, CoreMemoryError
 
@@ -504,6 +531,7 @@ def doctor() -> int:
         model = _check_model(doc, cfg, paths)
         ort_ok = _check_ort(doc, cfg)
     _check_store(doc, paths)
+    _check_scheduler(doc, paths)
     _check_core_memory(doc, paths)
     _check_disk(doc, paths)
     _check_provider(doc, cfg)
