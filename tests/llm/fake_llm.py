@@ -30,6 +30,11 @@ class Reply:
     sse: list[Any] | None = None  # dicts JSON-encoded, strings as is, ':...' as comments
     drop: bool = False  # after the SSE events, cut the connection (no end of stream)
     named: bool = False  # each dict event gets `event: <its "type">` first (Anthropic)
+    # After the SSE events, `forever` (an event as in `sse`) again every `every` seconds
+    # until the client hangs up: a stream that never ends.
+    forever: Any = None
+    every: float = 0.02
+    flood: int = 0  # after the SSE events, `data: ` and this many bytes with no line break
 
 
 @dataclass
@@ -54,6 +59,7 @@ class FakeLLM:
         self.url = ""
         self.rules: list[Rule] = []
         self.rejected: list[Reply] = []  # what the rules answered, in order
+        self.flooded = 0  # bytes of `Reply.flood` written before the client hung up
 
     def queue(self, *replies: Reply) -> FakeLLM:
         self.replies.extend(replies)
@@ -119,17 +125,33 @@ class FakeLLM:
         )
         await response.prepare(request)
         for event in reply.sse or []:
-            if isinstance(event, str) and event.startswith(":"):  # an SSE comment line
-                await response.write(f"{event}\n\n".encode())
-                continue
-            data = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
-            name = f"event: {event['type']}\n" if reply.named and isinstance(event, dict) else ""
-            await response.write(f"{name}data: {data}\n\n".encode())
+            await response.write(_sse_event(event, reply.named))
+        try:
+            while reply.forever is not None and not self._closing.is_set():
+                await response.write(_sse_event(reply.forever, reply.named))
+                await asyncio.sleep(reply.every)
+            if reply.flood:
+                await response.write(b"data: ")
+                piece = b"x" * 65536
+                for _ in range(reply.flood // len(piece)):
+                    await response.write(piece)
+                    self.flooded += len(piece)
+        except ConnectionError:  # the client hung up, as it should
+            return response
         if reply.drop and request.transport is not None:
             request.transport.close()  # mid-response: the client sees a broken stream
             return response
         await response.write_eof()
         return response
+
+
+def _sse_event(event: Any, named: bool) -> bytes:
+    """One SSE event: a dict JSON-encoded, a string as is, ':...' as a comment line."""
+    if isinstance(event, str) and event.startswith(":"):
+        return f"{event}\n\n".encode()
+    data = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
+    name = f"event: {event['type']}\n" if named and isinstance(event, dict) else ""
+    return f"{name}data: {data}\n\n".encode()
 
 
 def completion(

@@ -24,6 +24,7 @@ from klaw.llm import (
     Router,
     ToolCall,
     ToolSchema,
+    TruncatedStream,
 )
 from klaw.llm.gemini import SKIP_SIGNATURE, build_payload, retry_delay
 
@@ -387,6 +388,16 @@ async def test_an_error_inside_the_stream(server: FakeLLM, client: GeminiClient)
     with pytest.raises(ProviderError, match="overloaded") as info:
         await client.complete(ask(Message.user("hi"), stream=True))
     assert info.value.status == 503
+
+
+async def test_a_stream_without_a_finish_reason_is_not_an_answer(
+    server: FakeLLM, client: GeminiClient
+) -> None:
+    """Gemini's last chunk carries `finishReason`: a stream that ends before it has lost
+    the rest of the answer (retried by the router, never delivered as it is)."""
+    server.queue(Reply(sse=[gemini_reply([{"text": "Half an"}], None)]))
+    with pytest.raises(TruncatedStream, match="before a finishReason"):
+        await client.complete(ask(Message.user("hi"), stream=True))
 
 
 # --------------------------------------------------------------------- errors

@@ -1,14 +1,26 @@
-"""SSE streaming: text deltas reach the callback; tool-call fragments are assembled."""
+"""SSE streaming: text deltas reach the callback; tool-call fragments are assembled; a
+stream that stalls, never ends, stops short or never breaks its line is an error."""
 
 from __future__ import annotations
 
+import asyncio
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from fake_llm import FakeLLM, Reply
 
-from klaw.llm import LlmRequest, MalformedResponse, Message, OpenAICompatClient, ProviderError
+from klaw.llm import (
+    LlmRequest,
+    MalformedResponse,
+    Message,
+    OpenAICompatClient,
+    ProviderError,
+    ProviderTimeout,
+    TruncatedStream,
+)
+from klaw.llm._http import MAX_SSE_LINE
 
 
 @pytest.fixture
@@ -138,3 +150,79 @@ async def test_stream_errors(server: FakeLLM, client: OpenAICompatClient) -> Non
     assert (info.value.status, info.value.retry_after) == (429, 2.0)
     with pytest.raises(MalformedResponse):
         await client.complete(request())
+
+
+async def test_a_stream_of_keep_alives_times_out(server: FakeLLM) -> None:
+    """Hostile 3: one chunk, then `: keep-alive` comments for ever. The comments do not
+    count as a sign of life: the idle timeout ends the attempt."""
+    server.queue(Reply(sse=[chunk({"content": "Hal"})], forever=": keep-alive"))
+    deltas: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        deltas.append(text)
+
+    async with OpenAICompatClient(
+        "prov", server.url + "/v1", "key", timeout_s=30, stream_idle_s=0.3
+    ) as client:
+        with pytest.raises(ProviderTimeout, match=r"sent nothing for 0\.3 s"):
+            await client.complete(request(), on_delta)
+    assert deltas == ["Hal"]
+
+
+async def test_a_stream_that_never_ends_meets_the_request_deadline(server: FakeLLM) -> None:
+    """Events that carry nothing, for ever: `requestTimeoutMs` bounds the whole stream."""
+    server.queue(Reply(sse=[chunk({"content": "Hal"})], forever=chunk({"content": ""})))
+    async with OpenAICompatClient(
+        "prov", server.url + "/v1", "key", timeout_s=0.5, stream_idle_s=30
+    ) as client:
+        with pytest.raises(ProviderTimeout, match=r"no complete answer within 0\.5 s"):
+            await client.complete(request())
+
+
+async def test_a_slow_reader_is_not_a_silent_provider(server: FakeLLM) -> None:
+    """The idle time counts the provider's silence, not the time the consumer takes
+    with an event (a Telegram preview edit, say)."""
+    server.queue(Reply(sse=[chunk({"content": "a"}), chunk({"content": "b"}, "stop"), "[DONE]"]))
+
+    async def slow(text: str) -> None:
+        if text == "a":
+            await asyncio.sleep(1.0)
+
+    async with OpenAICompatClient(
+        "prov", server.url + "/v1", "key", timeout_s=30, stream_idle_s=0.5
+    ) as client:
+        assert (await client.complete(request(), slow)).content == "ab"
+
+
+async def test_a_stream_without_its_end_is_not_an_answer(
+    server: FakeLLM, client: OpenAICompatClient
+) -> None:
+    """Hostile 9: a stream that stops with neither `finish_reason` nor `[DONE]` may have
+    lost the rest of the answer: an error (retried), never a complete reply. Either end
+    marker alone is an end."""
+    server.queue(
+        Reply(sse=[chunk({"role": "assistant", "content": "Half an"})]),
+        Reply(sse=[chunk({"content": "Whole"}), "[DONE]"]),
+        Reply(sse=[chunk({"content": "Whole"}, "stop")]),
+    )
+    with pytest.raises(TruncatedStream, match="before a finish_reason or \\[DONE\\]") as info:
+        await client.complete(request())
+    assert info.value.transient
+    assert (await client.complete(request())).content == "Whole"
+    assert (await client.complete(request())).content == "Whole"
+
+
+async def test_a_line_that_never_ends_is_refused_in_bounded_memory(server: FakeLLM) -> None:
+    """Hostile 10: `data: ` and 200 MiB with no line break. The reader stops once it
+    holds MAX_SSE_LINE bytes of one line, with a clear error."""
+    server.queue(Reply(sse=[chunk({"content": "a"})], flood=200 * 2**20))
+    async with OpenAICompatClient("prov", server.url + "/v1", "key", timeout_s=60) as client:
+        tracemalloc.start()
+        try:
+            with pytest.raises(MalformedResponse, match="line over 8 MiB"):
+                await client.complete(request())
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 4 * MAX_SSE_LINE
+    assert server.flooded < 100 * 2**20

@@ -20,6 +20,7 @@ from klaw.llm import (
     Message,
     ProviderTimeout,
     Router,
+    TruncatedStream,
 )
 from klaw.llm._http import parse_retry_after
 
@@ -305,6 +306,73 @@ async def test_timeout_error_type(make_server: MakeServer, sleeps: Sleeps) -> No
         with pytest.raises(AllProvidersFailed) as info:
             await router.complete(ask())
     assert all(isinstance(e, ProviderTimeout) for e in info.value.failures.values())
+
+
+def streamed(text: str, finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+
+
+async def test_a_stream_of_keep_alives_is_retried_then_falls_back(
+    make_server: MakeServer, sleeps: Sleeps
+) -> None:
+    """Hostile 3 through the router: each stalled attempt ends at the idle timeout, is
+    retried, and the next model answers; the chat is not held for ever."""
+    a, b = await make_server(), await make_server()
+    stalled = Reply(sse=[streamed("")], forever=": keep-alive")
+    a.queue(stalled, stalled)
+    b.queue(Reply(sse=[streamed("Answer", "stop"), "[DONE]"]))
+    cfg = config(a.url, b.url, streamIdleTimeoutMs=300, maxRetries=1)
+    async with Router(cfg, sleep=sleeps) as router:
+        response = await router.complete(LlmRequest([Message.user("hi")], stream=True))
+    assert (response.content, response.model) == ("Answer", "deepseek/deepseek-chat")
+    assert len(a.requests) == 2 and sleeps.calls == [1.0]
+
+
+async def test_a_stream_without_its_end_is_retried(
+    router: Router, servers: tuple[FakeLLM, FakeLLM], sleeps: Sleeps
+) -> None:
+    """Hostile 9 through the router: a stream that stops with no finish_reason and no
+    [DONE] is retried on the same model (the half answer is reset), never delivered."""
+    a, _ = servers
+    a.queue(Reply(sse=[streamed("Half an")]), Reply(sse=[streamed("Whole", "stop"), "[DONE]"]))
+    seen: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        seen.append(text)
+
+    async def on_reset() -> None:
+        seen.append("<reset>")
+
+    request = LlmRequest([Message.user("hi")], stream=True)
+    response = await router.complete(request, on_delta=on_delta, on_reset=on_reset)
+    assert (response.content, response.model) == ("Whole", "glm/glm-5")
+    assert seen == ["Half an", "<reset>", "Whole"] and len(a.requests) == 2
+
+
+async def test_a_stream_that_stops_short_every_time_fails_the_chain(
+    make_server: MakeServer, sleeps: Sleeps
+) -> None:
+    a, b = await make_server(), await make_server()
+    a.queue(Reply(sse=[streamed("")]))
+    b.queue(Reply(sse=[streamed("")]))
+    cfg = config(a.url, b.url, maxRetries=0)
+    async with Router(cfg, sleep=sleeps) as router:
+        with pytest.raises(AllProvidersFailed) as info:
+            await router.complete(LlmRequest([Message.user("hi")], stream=True))
+    assert all(isinstance(e, TruncatedStream) for e in info.value.failures.values())
+
+
+async def test_a_line_that_never_ends_falls_back(
+    router: Router, servers: tuple[FakeLLM, FakeLLM]
+) -> None:
+    """Hostile 10 through the router: the endless line is refused (the same provider
+    would send it again: not retried) and the next model answers."""
+    a, b = servers
+    a.queue(Reply(sse=[streamed("")], flood=200 * 2**20))
+    b.queue(Reply(sse=[streamed("Answer", "stop"), "[DONE]"]))
+    response = await router.complete(LlmRequest([Message.user("hi")], stream=True))
+    assert (response.content, response.model) == ("Answer", "deepseek/deepseek-chat")
+    assert len(a.requests) == 1
 
 
 def test_parse_retry_after() -> None:

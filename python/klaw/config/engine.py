@@ -184,7 +184,9 @@ class LocalModelConfig(Section):
 class LlmConfig(Section):
     local: LocalModelConfig = Field(default_factory=LocalModelConfig)
     max_retries: NonNegativeInt = 2
-    request_timeout_ms: PositiveInt = 60000
+    request_timeout_ms: PositiveInt = 60000  # the whole request, streamed or not
+    # A stream silent this long (keep-alive comments do not count) has failed.
+    stream_idle_timeout_ms: PositiveInt = 30000
     initial_backoff_ms: NonNegativeInt = 1000
     backoff_multiplier: Annotated[float, Field(ge=1)] = 2.0
     retry_on: list[int] = Field(default_factory=lambda: [429, 500, 502, 503, 504, 529])

@@ -9,9 +9,11 @@ Exceptions (all under `klaw.errors.KlawError`):
     LlmError                        root of the LLM layer
     ├── LlmConfigError (ValueError) unknown model, provider or task; unsupported type
     ├── ProviderError               one call failed: .provider .model .status .retry_after
-    │   ├── ProviderTimeout         no answer within llm.requestTimeoutMs (retried)
+    │   ├── ProviderTimeout         no answer within llm.requestTimeoutMs, or a stream
+    │   │                           silent for llm.streamIdleTimeoutMs (retried)
     │   ├── ProviderConnectionError endpoint unreachable (retried)
     │   ├── MalformedResponse       2xx but not a chat completion (falls back)
+    │   │   └── TruncatedStream     a stream ended before its end marker (retried)
     │   └── ContentBlocked          a safety filter blocked prompt or answer: .reason (falls back)
     └── AllProvidersFailed          the whole chain failed: .user_message, .failures
 
@@ -32,6 +34,7 @@ from klaw.llm.errors import (
     ProviderConnectionError,
     ProviderError,
     ProviderTimeout,
+    TruncatedStream,
 )
 from klaw.llm.gemini import GeminiClient
 from klaw.llm.openai_compat import OpenAICompatClient
@@ -75,6 +78,7 @@ __all__ = [
     "Router",
     "ToolCall",
     "ToolSchema",
+    "TruncatedStream",
     "Usage",
     "build_client",
 ]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
+from typing import Any, Self
 
 import httpx
 
@@ -17,9 +18,14 @@ from klaw.llm.errors import (
     ProviderConnectionError,
     ProviderError,
     ProviderTimeout,
+    TruncatedStream,
 )
 
 MAX_MESSAGE = 300  # provider explanations are shown in logs and to the owner: keep them short
+#: The longest SSE line (and event) read: a chunk of an answer is a few KiB, a whole
+#: Gemini function call at most a few hundred; a longer line is refused, not held.
+MAX_SSE_LINE = 8 * 2**20
+_EOL = re.compile(rb"\r\n|\r|\n")
 
 
 def make_client(
@@ -41,21 +47,36 @@ def make_client(
 class HttpClient:
     """What every provider client shares: one httpx client for its endpoint, the key
     kept out of errors, transport failures as ProviderErrors, and a timeout on the
-    whole request (httpx times each read, not the whole)."""
+    whole request (httpx times each read, not the whole), streamed or not.
+
+    A subclass gives its authentication headers (`_headers`) and speaks its protocol."""
 
     def __init__(
         self,
         provider: str,
         endpoint: str,
-        headers: dict[str, str],
-        api_key: str | None,
-        timeout_s: float,
-        transport: httpx.AsyncBaseTransport | None,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 60.0,
+        stream_idle_s: float | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.provider = provider
         self._api_key = api_key
         self._timeout_s = timeout_s
-        self._http = make_client(endpoint, headers, timeout_s, transport)
+        self._idle_s = timeout_s if stream_idle_s is None else min(stream_idle_s, timeout_s)
+        self._http = make_client(endpoint, self._headers(api_key), timeout_s, transport)
+
+    @staticmethod
+    def _headers(api_key: str | None) -> dict[str, str]:
+        """The headers every request carries (the key, in the provider's way)."""
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -75,18 +96,48 @@ class HttpClient:
         return http_error(response, raw, provider=self.provider, model=model, secret=self._api_key)
 
     async def _events(
-        self, path: str, body: dict[str, Any], model: str, params: dict[str, str] | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        model: str,
+        *,
+        finished: Callable[[], bool],
+        end: str,
+        params: dict[str, str] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """POST `body` and yield the JSON objects of the SSE answer (call inside
-        `_guard`, and close the iterator: `contextlib.aclosing`). An HTTP error status is
-        the usual `ProviderError`; an event that is not JSON is a `MalformedResponse`;
-        OpenAI's `[DONE]` ends the stream; JSON that is not an object is skipped."""
-        async with self._http.stream("POST", path, params=params, json=body) as response:
-            if response.status_code >= 400:
-                raise self._error(response, await response.aread(), model)
-            async for data in sse_events(response):
-                if data == "[DONE]":
-                    return
+        `_guard`, and close the iterator: `contextlib.aclosing`).
+
+        An HTTP error status is the usual `ProviderError`; an event that is not JSON, or
+        a line over `MAX_SSE_LINE`, a `MalformedResponse`; JSON that is not an object is
+        skipped. OpenAI's `[DONE]` ends the stream; a stream that ends otherwise while
+        `finished()` is false (the consumer has not seen `end`, the protocol's end
+        marker) is a `TruncatedStream`, never a shorter answer. The whole stream must
+        end within `requestTimeoutMs`, and each event come within `streamIdleTimeoutMs`
+        of the one before (`: keep-alive` comments do not count): else `ProviderTimeout`.
+        Time the consumer spends between events is not the provider's silence."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_s
+        async with AsyncExitStack() as stack:
+            async with self._deadline(deadline, deadline, model):
+                response = await stack.enter_async_context(
+                    self._http.stream("POST", path, params=params, json=body)
+                )
+                if response.status_code >= 400:
+                    raise self._error(response, await response.aread(), model)
+            events = await stack.enter_async_context(aclosing(sse_events(response.aiter_bytes())))
+            while True:
+                try:
+                    async with self._deadline(deadline, loop.time() + self._idle_s, model):
+                        data = await anext(events, None)
+                except LineTooLong as exc:
+                    raise MalformedResponse(
+                        f"a stream line over {MAX_SSE_LINE // 2**20} MiB; not read further",
+                        provider=self.provider,
+                        model=model,
+                    ) from exc
+                if data is None or data == "[DONE]":
+                    break
                 try:
                     event = json.loads(data)
                 except ValueError as exc:
@@ -97,6 +148,25 @@ class HttpClient:
                     ) from exc
                 if isinstance(event, dict):
                     yield event
+            if data is None and not finished():
+                raise TruncatedStream(
+                    f"the stream ended before {end}", provider=self.provider, model=model
+                )
+
+    @asynccontextmanager
+    async def _deadline(self, whole: float, idle: float, model: str) -> AsyncIterator[None]:
+        """Wait until the earlier of two loop times; past it, the `ProviderTimeout` that
+        names which one ran out."""
+        try:
+            async with asyncio.timeout_at(min(whole, idle)):
+                yield
+        except TimeoutError as exc:
+            what = (
+                f"the stream sent nothing for {self._idle_s:g} s (keep-alives do not count)"
+                if idle < whole
+                else f"no complete answer within {self._timeout_s:g} s"
+            )
+            raise ProviderTimeout(what, provider=self.provider, model=model) from exc
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -198,16 +268,51 @@ def parse_json(body: bytes, *, provider: str, model: str) -> dict[str, Any]:
     return data
 
 
-async def sse_events(response: httpx.Response) -> AsyncIterator[str]:
-    """The `data:` payloads of a server-sent event stream (multi-line data joined)."""
+class LineTooLong(Exception):
+    """An SSE line longer than `MAX_SSE_LINE`: the reader stops instead of holding it."""
+
+
+async def sse_lines(
+    chunks: AsyncIterator[bytes], max_line: int = MAX_SSE_LINE
+) -> AsyncGenerator[str, None]:
+    """The lines of a byte stream (ended by CRLF, LF or CR, as SSE says), each at most
+    `max_line` bytes: a longer one raises `LineTooLong` once that much is held, so a
+    stream without line breaks costs `max_line` of memory, not its length."""
+    buf = bytearray()
+    async for chunk in chunks:
+        scan = max(0, len(buf) - 1)  # a CR left at the end may pair with this chunk's LF
+        buf += chunk
+        start = 0
+        while (match := _EOL.search(buf, max(scan, start))) is not None:
+            if match.end() == len(buf) and buf.endswith(b"\r"):
+                break  # may be the first half of a CRLF: wait for the next chunk
+            yield buf[start : match.start()].decode("utf-8", "replace")
+            start = match.end()
+        del buf[:start]
+        if len(buf) > max_line:
+            raise LineTooLong
+    if buf:
+        yield bytes(buf).removesuffix(b"\r").decode("utf-8", "replace")
+
+
+async def sse_events(
+    chunks: AsyncIterator[bytes], max_line: int = MAX_SSE_LINE
+) -> AsyncGenerator[str, None]:
+    """The `data:` payloads of a server-sent event stream (multi-line data joined; the
+    payload of one event is capped like a line)."""
     lines: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if lines:
-                yield "\n".join(lines)
-                lines = []
-        elif line.startswith("data:"):
-            lines.append(line[5:].removeprefix(" "))
-        # comments (":keep-alive"), event:, id:, retry: carry nothing we need
+    size = 0
+    async with aclosing(sse_lines(chunks, max_line)) as reader:
+        async for line in reader:
+            if not line:
+                if lines:
+                    yield "\n".join(lines)
+                    lines, size = [], 0
+            elif line.startswith("data:"):
+                size += len(line)
+                if size > max_line:
+                    raise LineTooLong
+                lines.append(line[5:].removeprefix(" "))
+            # comments (":keep-alive"), event:, id:, retry: carry nothing we need
     if lines:
         yield "\n".join(lines)

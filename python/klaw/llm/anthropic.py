@@ -21,8 +21,6 @@ import json
 from contextlib import aclosing
 from typing import Any
 
-import httpx
-
 from klaw.llm._http import HttpClient, parse_json, redact
 from klaw.llm.errors import MalformedResponse, ProviderError
 from klaw.llm.types import (
@@ -63,19 +61,12 @@ _ERROR_STATUS: dict[str, int] = {
 
 
 class AnthropicClient(HttpClient):
-    def __init__(
-        self,
-        provider: str,
-        endpoint: str,
-        api_key: str | None = None,
-        *,
-        timeout_s: float = 60.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
+    @staticmethod
+    def _headers(api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        super().__init__(provider, endpoint, headers, api_key, timeout_s, transport)
+        return headers
 
     async def complete(
         self, request: LlmRequest, on_delta: DeltaCallback | None = None
@@ -95,7 +86,10 @@ class AnthropicClient(HttpClient):
     ) -> LlmResponse:
         model = request.model
         acc = _StreamedMessage()
-        async with aclosing(self._events("messages", body, model)) as events:
+        stream = self._events(
+            "messages", body, model, finished=lambda: acc.stopped, end="message_stop"
+        )
+        async with aclosing(stream) as events:
             async for event in events:
                 if event.get("type") == "error":
                     raise self._stream_error(event, model)
@@ -104,10 +98,6 @@ class AnthropicClient(HttpClient):
                     await on_delta(text)
                 if acc.stopped:
                     break
-        if not acc.stopped:
-            raise MalformedResponse(
-                "the stream ended before message_stop", provider=self.provider, model=model
-            )
         return self._parse(acc.message, model)
 
     def _stream_error(self, event: dict[str, Any], model: str) -> ProviderError:

@@ -13,6 +13,7 @@ __all__ = [
     "ProviderConnectionError",
     "ProviderError",
     "ProviderTimeout",
+    "TruncatedStream",
 ]
 
 USER_MESSAGE = (
@@ -73,6 +74,17 @@ class ProviderConnectionError(ProviderError):
 
 class MalformedResponse(ProviderError):
     """The provider answered 2xx with a body we cannot read as a chat completion."""
+
+
+class TruncatedStream(MalformedResponse):
+    """A streamed answer ended before the provider's end marker (OpenAI's `finish_reason`
+    or `[DONE]`, Anthropic's `message_stop`, Gemini's `finishReason`): the rest of the
+    answer may be missing, so it is never taken for a complete one.
+
+    Retried like a dropped connection: the same request usually streams whole next time.
+    """
+
+    transient = True
 
 
 class ContentBlocked(ProviderError):

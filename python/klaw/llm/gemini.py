@@ -121,17 +121,9 @@ _SCHEMA_KEYS = frozenset(
 class GeminiClient(HttpClient):
     """One Gemini endpoint (`https://generativelanguage.googleapis.com/v1beta`)."""
 
-    def __init__(
-        self,
-        provider: str,
-        endpoint: str,
-        api_key: str | None = None,
-        *,
-        timeout_s: float = 60.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        headers = {API_KEY_HEADER: api_key} if api_key else {}
-        super().__init__(provider, endpoint, headers, api_key, timeout_s, transport)
+    @staticmethod
+    def _headers(api_key: str | None) -> dict[str, str]:
+        return {API_KEY_HEADER: api_key} if api_key else {}
 
     async def complete(
         self, request: LlmRequest, on_delta: DeltaCallback | None = None
@@ -153,7 +145,15 @@ class GeminiClient(HttpClient):
     ) -> LlmResponse:
         acc = _Accumulator(self.provider, request.model, self._api_key)
         path = _path(request.model, "streamGenerateContent")
-        async with aclosing(self._events(path, body, request.model, {"alt": "sse"})) as events:
+        stream = self._events(
+            path,
+            body,
+            request.model,
+            finished=lambda: acc.finish is not None,
+            end="a finishReason",
+            params={"alt": "sse"},
+        )
+        async with aclosing(stream) as events:
             async for chunk in events:
                 text = acc.add(chunk)
                 if text and on_delta is not None:

@@ -14,8 +14,6 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from klaw.llm._http import (
     HttpClient,
     parse_json,
@@ -49,18 +47,6 @@ _FINISH: dict[str, FinishReason] = {
 
 class OpenAICompatClient(HttpClient):
     """POST {endpoint}/chat/completions, with SSE streaming when `request.stream` is set."""
-
-    def __init__(
-        self,
-        provider: str,
-        endpoint: str,
-        api_key: str | None = None,
-        *,
-        timeout_s: float = 60.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        super().__init__(provider, endpoint, headers, api_key, timeout_s, transport)
 
     async def complete(
         self, request: LlmRequest, on_delta: DeltaCallback | None = None
@@ -103,7 +89,14 @@ class OpenAICompatClient(HttpClient):
         self, request: LlmRequest, body: dict[str, Any], on_delta: DeltaCallback | None
     ) -> LlmResponse:
         acc = _StreamAccumulator()
-        async with aclosing(self._events("chat/completions", body, request.model)) as events:
+        stream = self._events(
+            "chat/completions",
+            body,
+            request.model,
+            finished=lambda: acc.finish_reason is not None,
+            end="a finish_reason or [DONE]",
+        )
+        async with aclosing(stream) as events:
             async for chunk in events:
                 text = acc.add(chunk)
                 if text and on_delta is not None:

@@ -134,8 +134,12 @@ class Router:
     def _client(self, name: str) -> LlmClient:
         client = self._clients.get(name)
         if client is None:
+            llm = self._config.llm
             client = build_client(
-                name, self._config.providers[name], self._config.llm.request_timeout_ms / 1000
+                name,
+                self._config.providers[name],
+                llm.request_timeout_ms / 1000,
+                llm.stream_idle_timeout_ms / 1000,
             )
             self._clients[name] = client
         return client
@@ -270,15 +274,25 @@ class Router:
         return exc.status in self._config.llm.retry_on
 
 
-def build_client(name: str, provider: ProviderConfig, timeout_s: float) -> LlmClient:
+def build_client(
+    name: str, provider: ProviderConfig, timeout_s: float, stream_idle_s: float | None = None
+) -> LlmClient:
     """The client speaking `provider.type`; raise LlmConfigError for a type not built yet."""
-    if provider.type == "openai-compatible":
-        return OpenAICompatClient(name, provider.endpoint, provider.api_key, timeout_s=timeout_s)
-    if provider.type == "anthropic":
-        return AnthropicClient(name, provider.endpoint, provider.api_key, timeout_s=timeout_s)
-    if provider.type == "gemini":
-        return GeminiClient(name, provider.endpoint, provider.api_key, timeout_s=timeout_s)
-    raise LlmConfigError(
-        f"provider {name!r}: type {provider.type!r} has no client "
-        "(use openai-compatible, anthropic or gemini)"
+    kinds: dict[str, type[OpenAICompatClient | AnthropicClient | GeminiClient]] = {
+        "openai-compatible": OpenAICompatClient,
+        "anthropic": AnthropicClient,
+        "gemini": GeminiClient,
+    }
+    kind = kinds.get(provider.type)
+    if kind is None:
+        raise LlmConfigError(
+            f"provider {name!r}: type {provider.type!r} has no client "
+            "(use openai-compatible, anthropic or gemini)"
+        )
+    return kind(
+        name,
+        provider.endpoint,
+        provider.api_key,
+        timeout_s=timeout_s,
+        stream_idle_s=stream_idle_s,
     )
