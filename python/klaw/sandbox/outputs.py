@@ -122,7 +122,10 @@ def _empty(root: int) -> None:
     """Removes everything inside the directory `root` without recursion and with two
     descriptors at most: a subdirectory's own subdirectories are moved up into `root`
     (the tree flattens), what the code locked (chmod 000) is opened up first (its
-    owner or root may), files are unlinked, emptied directories removed."""
+    owner or root may), files are unlinked, emptied directories removed.
+
+    The names are the code's: a directory moved up takes a `.klaw-flat-N` that no
+    entry of `root` has (the code may have made any of them, as file or directory)."""
     serial = 0
     while True:
         names = os.listdir(root)
@@ -142,13 +145,27 @@ def _empty(root: int) -> None:
                 for inner in os.listdir(sub):
                     ist = os.stat(inner, dir_fd=sub, follow_symlinks=False)
                     if stat.S_ISDIR(ist.st_mode):
-                        serial += 1
-                        os.rename(inner, f".klaw-flat-{serial}", src_dir_fd=sub, dst_dir_fd=root)
+                        # Moving a directory to another parent writes its "..": a
+                        # locked one is opened up first (a non-root owner needs it).
+                        os.chmod(inner, 0o700, dir_fd=sub, follow_symlinks=False)
+                        flat, serial = _free_name(root, serial)
+                        os.rename(inner, flat, src_dir_fd=sub, dst_dir_fd=root)
                     else:
                         os.unlink(inner, dir_fd=sub)
             finally:
                 os.close(sub)
             os.rmdir(name, dir_fd=root)
+
+
+def _free_name(root: int, serial: int) -> tuple[str, int]:
+    """The first `.klaw-flat-N` after `serial` that is not an entry of `root`."""
+    while True:
+        serial += 1
+        name = f".klaw-flat-{serial}"
+        try:
+            os.stat(name, dir_fd=root, follow_symlinks=False)
+        except FileNotFoundError:
+            return name, serial
 
 
 class Outputs:
@@ -228,6 +245,7 @@ class Outputs:
         kept: list[OutputFile] = []
         dest_root = self.chat_dir(staged.chat_id)
         total = 0
+        self.ensure_staging()  # the code may have locked /output itself (chmod 000)
         fd = self._open_staging()
         walk = _walk(fd)
         dropped = list(walk.dropped)
