@@ -4,7 +4,6 @@ model, a scripted OpenAI-compatible server and the built-in tools."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -286,10 +285,12 @@ async def test_the_segments_last_summary_is_in_the_context_and_not_after_new(
     folder = klaw_home.summaries / "telegram_1"
     folder.mkdir(parents=True)
     summary = folder / "2026-11-20_msg_001_050.md"
-    summary.write_text("We planned a trip to Brno.\n")
-    # Written after the first message of the segment, before the /new below.
-    at = (T0 + timedelta(seconds=1.5)).timestamp()
-    os.utime(summary, (at, at))
+    # It covers the first message of the segment, which the /new below ends.
+    first = (T0 + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    summary.write_text(
+        f"# Summary of telegram_1, messages 1-50\n_{first} – {first}, 1 message, to tg_1._\n\n"
+        "We planned a trip to Brno.\n"
+    )
     llm.answer("Sure.")
     llm.answer("Fresh start.")
     async with running(klaw_home, memory_factory=open_memory, config=config), peer(klaw_home) as p:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sched_support import T, engine_running, engine_yaml, history, klaw, until
 
 from klaw.config import load_engine_config
+from klaw.engine.summaries import latest_summary
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
 from klaw.scheduler.summaries import SYSTEM, last_summary
@@ -115,6 +118,66 @@ async def test_the_next_summary_continues_the_numbering_and_folds_in_the_last(
     transcript = second["messages"][1]["content"]
     assert "First summary: Jana's birthday" in transcript  # folded in
     assert "Jana's birthday is 3 May" not in transcript.split("to summarize:")[1]  # covered
+
+
+def _summary_file(folder: Path, name: str, first: datetime, last: datetime, text: str) -> Path:
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+    path = folder / name
+    path.write_text(
+        f"# Summary of {CHAT}\n_{first.strftime(iso)} – {last.strftime(iso)}, 2 messages, "
+        f"to m_{last.second}._\n\n{text}\n"
+    )
+    return path
+
+
+def test_the_newest_summary_is_the_highest_ordinal_and_its_messages_tell_its_segment(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / CHAT
+    folder.mkdir()
+    t0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    s = timedelta(seconds=1)
+    _summary_file(folder, "2026-11-20_msg_001_002.md", t0, t0 + s, "- first two")
+    newest = _summary_file(
+        folder, "2026-11-20_msg_003_004.md", t0 + 2 * s, t0 + 3 * s, "- all four"
+    )
+    # Restored from a backup, copied, or written before the clock was set: its file
+    # time is older than the other's and than the segment, and that must not matter.
+    past = (datetime.now(UTC) - timedelta(days=400)).timestamp()
+    os.utime(newest, (past, past))
+    covered = last_summary(folder)
+    assert covered is not None and covered.path == newest and covered.to_ordinal == 4
+    since = (t0 + 2 * s).strftime("%Y-%m-%dT%H:%M:%SZ")  # the segment began with message 3
+    assert latest_summary(tmp_path, CHAT, since) == newest.read_text().strip()
+    assert latest_summary(tmp_path, CHAT, None) == newest.read_text().strip()
+    after_new = (t0 + 4 * s).strftime("%Y-%m-%dT%H:%M:%SZ")  # /new after message 4
+    assert latest_summary(tmp_path, CHAT, after_new) is None
+
+
+async def test_a_summary_with_an_old_file_time_is_still_used_and_folded_in(
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any
+) -> None:
+    engine_yaml(klaw_home.engine_config, llm.url, summarization={"everyMessages": 2})
+    (klaw_home.conversations / CHAT).mkdir(parents=True)
+    llm.answer("ok one")
+    llm.answer("- First summary: the boat is moored at pier 7.")
+    llm.answer("ok two")
+    llm.answer("- Boat at pier 7; new sail ordered.")
+    folder = klaw_home.summaries / CHAT
+    async with engine_running(klaw_home, backend) as server:
+        await say(server, "The boat is at pier 7")
+        await until(lambda: len(llm.requests) == 2 and last_summary(folder) is not None)
+        first = last_summary(folder)
+        assert first is not None
+        # As after a restore, or a clock set late: the file looks older than the chat.
+        past = (datetime.now(UTC) - timedelta(days=400)).timestamp()
+        os.utime(first.path, (past, past))
+        await say(server, "I ordered a new sail")
+        await until(lambda: (c := last_summary(folder)) is not None and c.to_ordinal == 4)
+    assert "First summary: the boat" in llm.requests[2]["messages"][0]["content"]  # used
+    second = llm.requests[3]
+    assert is_summary_request(second)
+    assert "First summary: the boat" in second["messages"][1]["content"]  # folded in
 
 
 async def test_the_nightly_job_summarizes_chats_left_over_and_skips_quiet_ones(

@@ -4,16 +4,18 @@ Every `summarization.everyMessages` (default 50) conversation messages of a chat
 current segment not yet covered by a summary, and on `summarization.cron` (nightly)
 for every chat with some left over, a cheap model (`routing.tasks.summarization`)
 writes a summary at subagent priority (interactive replies first). The summary is
-a Markdown file, ``summaries/{chat_id}/YYYY-MM-DD_msg_A_B.md``, where A..B number
-the chat's summarized messages (each file continues where the previous one
-stopped); it is recorded in klaw.db's `summaries` table and indexed into archival
-memory, and the newest one of the segment is what context assembly puts before the
-window. Each summary folds in the previous one of the segment, so the newest
-stands for the whole segment so far. The conversation log is never touched;
-`klaw reindex` rebuilds the table from the files.
+a Markdown file, ``summaries/{chat_id}/YYYY-MM-DD_msg_A_B.md`` (the owner's day of
+its last message), where A..B number the chat's summarized messages (each file
+continues where the previous one stopped); it is recorded in klaw.db's `summaries`
+table and indexed into archival memory, and the newest one of the segment is what
+context assembly puts before the window. Each summary folds in the previous one of
+the segment, so the newest stands for the whole segment so far. The conversation
+log is never touched; `klaw reindex` rebuilds the table from the files.
 
-What a summary covers is read back from its file: the second line states the time
-and id of its last message, so nothing but the files is needed to go on.
+What a summary covers is read back from its file: the second line states the times
+of its first and last messages and the id of the last, so nothing but the files is
+needed to go on. The newest summary is the one with the highest ordinal; it belongs
+to the current segment when its first message does (never judged by file times).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
+from zoneinfo import ZoneInfo
 
 from klaw.fsutil import atomic_write
 
@@ -58,21 +61,29 @@ SYSTEM: Final = (
 )
 
 _NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})_msg_(\d+)_(\d+)\.md$")
-_COVERS = re.compile(
-    r"^_.* – (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z), \d+ messages?, to (\S+)\._$", re.M
-)
+_TS = r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)"
+_COVERS = re.compile(rf"^_{_TS} – {_TS}, \d+ messages?, to (\S+)\._$", re.M)
 
 
 @dataclass(frozen=True, slots=True)
 class Covered:
-    """The newest summary of a chat: its path, last ordinal, last message time."""
+    """The newest summary of a chat: its path, last ordinal, the messages it covers."""
 
     path: Path
     to_ordinal: int
+    from_ts: str  # the first message covered ("" when the file does not say)
     to_ts: str
     to_id: str  # the last message covered (times have whole seconds: ids tell apart)
-    written: str  # ISO UTC of the file's mtime
     text: str
+
+    def of_segment(self, segment_start: str) -> bool:
+        """Whether it summarizes the segment that began at `segment_start` (ISO UTC).
+
+        Told by the messages it covers, never by the file's mtime: a restored or
+        copied file, or a clock set after the file was written (a Pi has no clock
+        of its own), must not move a summary into or out of a segment.
+        """
+        return bool(self.from_ts) and self.from_ts >= segment_start
 
 
 def last_summary(folder: Path) -> Covered | None:
@@ -90,13 +101,12 @@ def last_summary(folder: Path) -> Covered | None:
         return None
     text = best[1].read_text(encoding="utf-8", errors="replace")
     covers = _COVERS.search(text)
-    mtime = datetime.fromtimestamp(best[1].stat().st_mtime, UTC)
     return Covered(
         path=best[1],
         to_ordinal=best[0],
-        to_ts=covers.group(1) if covers else "",
-        to_id=covers.group(2) if covers else "",
-        written=mtime.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        from_ts=covers.group(1) if covers else "",
+        to_ts=covers.group(2) if covers else "",
+        to_id=covers.group(3) if covers else "",
         text=text,
     )
 
@@ -243,7 +253,7 @@ class Summarizer:
             self._skip[chat_id] = max(0, -(-(minimum - len(talk)) // 2) - 1)
             return None
         self._skip.pop(chat_id, None)
-        fold = previous if previous is not None and previous.written >= segment else None
+        fold = previous if previous is not None and previous.of_segment(segment) else None
         return previous, talk, fold
 
     def _write(
@@ -252,7 +262,7 @@ class Summarizer:
         first = (previous.to_ordinal if previous else 0) + 1
         last = first + len(rows) - 1
         width = max(3, len(str(last)))
-        day = rows[-1].created_at[:10]
+        day = self._day(rows[-1].created_at)
         folder = self.paths.summaries / chat_id
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{day}_msg_{first:0{width}d}_{last:0{width}d}.md"
@@ -274,6 +284,18 @@ class Summarizer:
             WriteBack(self.paths.workspace, self.config).summary(chat_id, text)
         log.info("summary of %s written: %s (%d messages)", chat_id, path.name, len(rows))
         return path
+
+    def _day(self, ts: str) -> str:
+        """The owner's day (`scheduler.timezone`, else the host's zone) of an ISO UTC
+        time: the day jobs, caps and daily logs name too."""
+        zone = ZoneInfo(self.config.scheduler.timezone) if self.config.scheduler.timezone else None
+        try:
+            when = datetime.fromisoformat(ts)
+        except ValueError:  # not a time: the file still needs a name
+            return ts[:10]
+        return (
+            (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(zone).date().isoformat()
+        )
 
 
 def _transcript(previous: Covered | None, rows: list[StoredMessage]) -> str:
