@@ -47,16 +47,24 @@ def skills_list(as_json: bool) -> int:
             }
             for n, st in statuses.items()
         ]
-        print(json.dumps({"skills": rows}, ensure_ascii=False, indent=2))
+        refused = [{"path": str(p), "reason": r} for p, r in catalog.refused.items()]
+        print(json.dumps({"skills": rows, "refused": refused}, ensure_ascii=False, indent=2))
         return 0
-    if not statuses:
+    if not statuses and not catalog.refused:
         print("no skills installed")
         return 0
     for name, st in statuses.items():
         cmd = f" /{commands[name]}" if name in commands else ""
         print(f"{name:<24} {st.skill.origin:<9}{cmd:<16} {_state(st)}")
         print(f"{'':<24} {st.skill.description[:100]}")
+    _print_refused(catalog)
     return 0
+
+
+def _print_refused(catalog: SkillCatalog) -> None:
+    """The SKILL.md files that are no skill (each alone: the others are listed)."""
+    for path, reason in catalog.refused.items():
+        print(f"refused: {path}: {reason}")
 
 
 def skills_show(name: str) -> int:
@@ -119,6 +127,8 @@ def skills_check(name: str | None) -> int:
         print(f"{n}: {verdict}")
         for f in st.findings:
             print(f"  {f}")
+    if name is None:
+        _print_refused(catalog)
     return 1 if blocked else 0
 
 

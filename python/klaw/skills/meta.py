@@ -70,12 +70,12 @@ def read_meta(front: Mapping[str, Any]) -> SkillMeta:
     problems: list[str] = []
     raw = front.get("metadata")
     if isinstance(raw, str):
-        import json5
+        from klaw.skills.frontmatter import load_metadata
 
         try:
-            raw = json5.loads(raw)
-        except ValueError:
-            problems.append("metadata is not valid JSON5: its requirements are not known")
+            raw = load_metadata(raw)
+        except ValueError as exc:
+            problems.append(f"metadata is {exc}: its requirements are not known")
             raw = None
     block: Mapping[str, Any] = {}
     if isinstance(raw, Mapping):

@@ -29,8 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import yaml
-
+from klaw.skills.frontmatter import parse_frontmatter
 from klaw.skills.meta import SkillMeta, command_name, read_meta, unmet
 from klaw.skills.scan import MAX_FILE_BYTES, SKIPPED_DIRS, Finding, scan_skill, skill_files
 from klaw.skills.state import SkillChoices
@@ -139,31 +138,6 @@ def _scan_cached(folder: Path) -> tuple[tuple[Finding, ...], str]:
     return result
 
 
-def parse_frontmatter(text: str) -> dict[str, Any]:
-    """The YAML mapping between the leading `---` lines; ValueError says what is wrong."""
-    lines = text.lstrip("\ufeff").splitlines()
-    if not lines or lines[0].strip() != "---":
-        raise ValueError("does not start with a '---' frontmatter line")
-    for end in range(1, len(lines)):
-        if lines[end].strip() in ("---", "..."):
-            break
-    else:
-        raise ValueError("the frontmatter has no closing '---' line")
-    try:
-        data = yaml.safe_load("\n".join(lines[1:end]))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 2}" if mark is not None else ""
-        raise ValueError(f"the frontmatter is not valid YAML{where}") from None
-    if not isinstance(data, dict):
-        raise ValueError("the frontmatter is not a mapping of keys to values")
-    for key in ("name", "description"):
-        value = data.get(key)
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"the frontmatter has no {key!r} (a non-empty string)")
-    return data
-
-
 class SkillCatalog:
     """The skills currently on disk, workspace over system over built-in.
 
@@ -187,6 +161,8 @@ class SkillCatalog:
         self.config = config
         self.env = env
         self._warned: set[str] = set()
+        #: SKILL.md files the last scan refused, with why (`klaw skills list` shows them).
+        self.refused: dict[Path, str] = {}
 
     @classmethod
     def for_paths(cls, paths: KlawPaths, config: EngineConfig | None = None) -> SkillCatalog:
@@ -214,8 +190,15 @@ class SkillCatalog:
                 if path.stat().st_size > MAX_SKILL_BYTES:
                     raise ValueError(f"it is over {MAX_SKILL_BYTES} bytes")
                 meta = parse_frontmatter(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError) as exc:
-                reason = "it is not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else exc
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+                reason = (
+                    "it is not valid UTF-8"
+                    if isinstance(exc, UnicodeDecodeError)
+                    else "it is nested too deep to be read"
+                    if isinstance(exc, RecursionError)
+                    else str(exc)
+                )
+                self.refused[path] = reason
                 self._warn(f"Skill file {path} skipped: {reason}")
                 continue
             name = meta["name"].strip()
@@ -232,6 +215,7 @@ class SkillCatalog:
     def skills(self) -> dict[str, Skill]:
         """Name → skill, sorted by name."""
         merged: dict[str, Skill] = {}
+        self.refused = {}
         if self.builtin_dir is not None:
             merged = self._scan(self.builtin_dir, "builtin")
         for origin, directory in (("system", self.system_dir), ("workspace", self.workspace_dir)):
