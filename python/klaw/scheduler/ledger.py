@@ -7,6 +7,8 @@ The row is what makes a due time run at most once. It is claimed (`claim`, statu
 before the model is woken, and finished with the outcome. After a crash, a ``due``
 row never started runs at the next start (nothing lost) and a ``running`` one
 becomes ``interrupted`` (never run twice: the model may already have acted).
+A row dated in the future (the clock was ahead when it was written) would block its
+due time: at start it is re-keyed out of the way (`Ledger.unblock_future`).
 
 Statuses: due, running, ok (delivered or logged), silent (the model said nothing to
 report), quiet (the pre-check found nothing: no tokens), capped (over the daily
@@ -202,6 +204,37 @@ class Ledger:
                 "tokens_in = ?, tokens_out = ?, error = ? WHERE job = ? AND due = ?",
                 (status, now, now, tokens_in, tokens_out, error, job, iso(due)),
             )
+
+    def unblock_future(self, after: datetime) -> list[Run]:
+        """Runs due after `after`: recorded while the clock was ahead (a Pi without a
+        hardware clock, a wrong NTP answer) and now in the future, where each would
+        block its due time when the real clock gets there. Their due is re-keyed
+        `<due>~ahead-<now>` (the history keeps them; the due time is free to run); a
+        claimed one becomes `missed`, a running one `interrupted`. Returns them as
+        they were."""
+        now = datetime.now(UTC)
+        note = "recorded while the clock was ahead; this due time runs again"
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                rows = db.execute(
+                    "SELECT job, due, status, started, ended, tokens_in, tokens_out, error "
+                    "FROM klaw_runs WHERE due > ? AND instr(due, '~') = 0",
+                    (iso(after),),
+                ).fetchall()
+                db.execute(
+                    "UPDATE klaw_runs SET due = due || ?, ended = coalesce(ended, ?), "
+                    "status = CASE status WHEN 'due' THEN 'missed' "
+                    "WHEN 'running' THEN 'interrupted' ELSE status END, "
+                    "error = coalesce(error, ?) WHERE due > ? AND instr(due, '~') = 0",
+                    (f"~ahead-{now:%Y%m%dT%H%M%SZ}", iso(now), note, iso(after)),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return [Run(*row) for row in rows]
 
     def unfinished(self) -> tuple[list[Run], list[Run]]:
         """(claimed but never started, started but never finished): a previous

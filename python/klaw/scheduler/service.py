@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from apscheduler.executors.base import BaseExecutor
 
@@ -39,6 +39,10 @@ __all__ = ["HANDLER", "RunJob", "Scheduled", "Scheduler", "scheduled_message"]
 log = logging.getLogger("klaw.scheduler")
 
 RunJob = Callable[[JobSpec, datetime], Awaitable[None]]
+
+#: A ledger row due further than this after now was written while the clock was
+#: ahead (a claim is never later than now; `run_once` may step a few seconds on).
+CLOCK_SLACK: Final = timedelta(minutes=5)
 
 
 def scheduled_message(**data: Any) -> None:
@@ -92,6 +96,15 @@ class Scheduler:
             },
             timezone=UTC,  # only for its own clock; every trigger names its zone
         )
+        now = datetime.now(UTC)
+        ahead = await asyncio.to_thread(self.ledger.unblock_future, now + CLOCK_SLACK)
+        if ahead:
+            log.warning(
+                "%d run(s) in the ledger are dated after now (the latest %s): the clock was "
+                "ahead when they were recorded; their due times will run",
+                len(ahead),
+                max(r.due for r in ahead),
+            )
         never, interrupted = await asyncio.to_thread(self.ledger.unfinished)
         for run in interrupted:
             log.warning(
@@ -106,7 +119,9 @@ class Scheduler:
                 "interrupted",
                 error="the engine stopped during this run; it is not run twice",
             )
-        self._aps.start()
+        self._aps.start(paused=True)  # nothing fires before the next times are sound
+        self._rewind(now)
+        self._aps.resume()
         for run in never:  # claimed, then the engine stopped before it began
             spec = await self.get(run.job)
             due = datetime.fromisoformat(run.due)
@@ -117,6 +132,24 @@ class Scheduler:
             else:
                 log.info("job %s due %s was claimed, never started: running it", run.job, run.due)
                 self._launch(spec, due)
+
+    def _rewind(self, now: datetime) -> None:
+        """Next run times worked out while the clock was ahead are later than the
+        schedule allows from `now` (an hourly heartbeat 13 h away, a daily job that
+        skips tomorrow): each is set back to its next time from now. A due time that
+        passed while the engine was off is earlier, not later: left to catch up."""
+        for job in self._require().get_jobs():
+            if job.next_run_time is None:  # paused
+                continue
+            expected = job.trigger.get_next_fire_time(None, now)
+            if expected is not None and job.next_run_time > expected:
+                log.warning(
+                    "job %s: next run %s was worked out while the clock was ahead; now %s",
+                    job.id,
+                    job.next_run_time.isoformat(),
+                    expected.isoformat(),
+                )
+                job.modify(next_run_time=expected)
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Stops firing; waits up to `timeout` for running jobs, then cancels them
