@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from klaw.engine.pipeline import INTERACTIVE, SUBAGENT, Pipeline, PrioritySlots
+from klaw.engine.pipeline import Pipeline
+from klaw.lanes import INTERACTIVE, SUBAGENT, PrioritySlots
 from klaw.llm.errors import USER_MESSAGE
 from klaw.llm.router import Router
 from klaw.memory import Memory

@@ -22,10 +22,11 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from klaw.config import load_engine_config
-from klaw.engine.pipeline import SUBAGENT_CHAT_PREFIX, Pipeline
+from klaw.engine.pipeline import Pipeline
 from klaw.engine.server import EngineServer, InboundHandler
 from klaw.errors import Cancelled, ConfigError, KlawError, StoreLocked, os_error_line
 from klaw.fsutil import ensure_writable_dir
+from klaw.lanes import SUBAGENT_CHAT_PREFIX
 from klaw.lock import EngineLock
 from klaw.paths import KlawPaths
 from klaw.sdnotify import notify, watchdog

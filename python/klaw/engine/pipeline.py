@@ -38,8 +38,6 @@ before them (see `klaw.engine.commands`).
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +57,7 @@ from klaw.engine.drafts import DraftSink, DraftStream
 from klaw.engine.images import load_images
 from klaw.engine.summaries import latest_summary
 from klaw.errors import KlawError
+from klaw.lanes import INTERACTIVE, SUBAGENT, SUBAGENT_CHAT_PREFIX, PrioritySlots
 from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, LlmResponse, Message, Usage
 from klaw.memory.rows import with_content
@@ -77,19 +76,9 @@ if TYPE_CHECKING:
     from klaw.paths import KlawPaths
     from klaw.tools.base import ToolRegistry
 
-__all__ = [
-    "INTERACTIVE",
-    "SUBAGENT",
-    "SUBAGENT_CHAT_PREFIX",
-    "TOOL_LIMIT_MESSAGE",
-    "Pipeline",
-    "PrioritySlots",
-]
+__all__ = ["TOOL_LIMIT_MESSAGE", "Pipeline"]
 
 log = logging.getLogger("klaw.engine")
-
-INTERACTIVE: Final = 0
-SUBAGENT: Final = 10
 
 CORE_MEMORY_NOTICE: Final = (
     "⚠️ My core memory file (core_memory.json) is damaged, so I am answering without "
@@ -119,8 +108,6 @@ PRIVATE_TOOLS: Final = frozenset(
 )
 
 
-#: The chats of scheduled jobs and spawned subagents: `scheduler_{job name}`.
-SUBAGENT_CHAT_PREFIX: Final = "scheduler_"
 #: Tools a subagent does not get: core memory is read-only for it (design §2.4), and
 #: a job that schedules jobs could multiply itself.
 SUBAGENT_DENIED_TOOLS: Final = frozenset(
@@ -142,46 +129,6 @@ LEAN_TOOLS: Final = frozenset(
 #: AGENTS.md guides conversations (and is the largest workspace file: ~2k tokens in
 #: OpenClaw's template); a checklist run does without it.
 LEAN_SKIPPED_FILES: Final = frozenset({"AGENTS.md"})
-
-
-class PrioritySlots:
-    """A semaphore whose waiters are served by (priority, arrival): lower goes first."""
-
-    def __init__(self, slots: int) -> None:
-        if slots < 1:
-            raise ValueError(f"need at least one slot, got {slots}")
-        self._free = slots
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._seq = itertools.count()
-
-    @property
-    def free(self) -> int:
-        return self._free
-
-    @property
-    def waiting(self) -> int:
-        return sum(1 for _, _, fut in self._waiters if not fut.done())
-
-    async def acquire(self, priority: int = INTERACTIVE) -> None:
-        if self._free > 0 and not self._waiters:
-            self._free -= 1
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters, (priority, next(self._seq), fut))
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.release()  # the slot was handed over just as we were cancelled
-            raise
-
-    def release(self) -> None:
-        while self._waiters:
-            _, _, fut = heapq.heappop(self._waiters)
-            if not fut.done():
-                fut.set_result(None)
-                return
-        self._free += 1
 
 
 @dataclass

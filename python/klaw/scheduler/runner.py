@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from klaw.engine.pipeline import SUBAGENT, SUBAGENT_CHAT_PREFIX
+from klaw.lanes import SUBAGENT, SUBAGENT_CHAT_PREFIX
 from klaw.scheduler.jobs import JobSpec
 from klaw.scheduler.ledger import Ledger
 from klaw.wire.loglines import inbound_line, outbound_line, to_record
