@@ -14,6 +14,8 @@ skill folder is read (text files up to `MAX_FILE_BYTES`; binaries are listed as 
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +28,9 @@ __all__ = [
     "SKIPPED_DIRS",
     "Finding",
     "Rule",
+    "SkillFiles",
+    "read_skill",
+    "scan_files",
     "scan_skill",
     "scan_text",
     "skill_files",
@@ -225,12 +230,25 @@ def skill_files(folder: Path) -> list[Path]:
     return out
 
 
-def scan_skill(folder: Path) -> list[Finding]:
-    """Findings over every file of a skill folder. What cannot be checked is itself a
-    finding: SKILL.md or a text file that is binary, too big or unreadable, a link that
-    leaves the folder, more files than are read (all critical: an unchecked text could
-    say anything)."""
-    out: list[Finding] = []
+@dataclass(frozen=True, slots=True)
+class SkillFiles:
+    """A skill folder read once: the digest of what was read and, in file order, what
+    could not be checked and the texts to check (the same bytes the digest covers)."""
+
+    digest: str  # sha256 hex over every file's name, length and bytes
+    parts: tuple[Finding | tuple[str, str], ...]  # a problem, or (relative path, text)
+
+
+def read_skill(folder: Path) -> SkillFiles:
+    """Every file of a skill folder, read once. What cannot be checked is a finding:
+    SKILL.md or a text file that is binary, too big or unreadable, a link that leaves
+    the folder, more files than are read (all critical: an unchecked text could say
+    anything). Size and mtime prove nothing (both can be put back after an edit), so
+    the digest covers the bytes: each file with its name and length, so moving bytes
+    from one file into the next changes it; a file too big to be read counts by its
+    identity (it is flagged, never served), one past the file cap by its name."""
+    h = hashlib.sha256()
+    out: list[Finding | tuple[str, str]] = []
     root = folder.resolve()
     files = skill_files(folder)
     if len(files) > _MAX_FILES:
@@ -244,16 +262,21 @@ def scan_skill(folder: Path) -> list[Finding]:
                 "",
             )
         )
-    for path in files[:_MAX_FILES]:
+    for n, path in enumerate(files):
         rel = path.relative_to(folder).as_posix()
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        if n >= _MAX_FILES:
+            continue
         texty = path.name == "SKILL.md" or path.suffix.lower() in _TEXT_SUFFIXES
         if path.is_symlink():
             try:
                 target = path.resolve(strict=True)
             except (OSError, RuntimeError):
+                h.update(b"broken link")
                 out.append(Finding("symlink", "critical", "a broken or looping link", rel, 0, ""))
                 continue
             if not target.is_relative_to(root):
+                h.update(b"link out " + os.fsencode(target))
                 out.append(
                     Finding(
                         "symlink",
@@ -266,17 +289,22 @@ def scan_skill(folder: Path) -> list[Finding]:
                 )
                 continue
         try:
-            size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
+            st = path.stat()
+            if st.st_size > MAX_FILE_BYTES:
+                h.update(f"big {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}".encode())
                 sev = "critical" if texty else "warn"
                 out.append(
-                    Finding("large-file", sev, "too big to be checked", rel, 0, f"{size} bytes")
+                    Finding(
+                        "large-file", sev, "too big to be checked", rel, 0, f"{st.st_size} bytes"
+                    )
                 )
                 continue
             raw = path.read_bytes()
         except OSError as exc:
+            h.update(b"unreadable")
             out.append(Finding("unreadable", "critical", "could not be read", rel, 0, str(exc)))
             continue
+        h.update(len(raw).to_bytes(8, "big") + raw)
         if b"\0" in raw[:8192] and not texty:
             if path.suffix.lower() not in (".png", ".jpg", ".jpeg", ".gif", ".webp", ".ico"):
                 out.append(
@@ -285,5 +313,21 @@ def scan_skill(folder: Path) -> list[Finding]:
             continue
         if b"\0" in raw:
             out.append(Finding("binary", "critical", "a text file with binary bytes", rel, 0, ""))
-        out.extend(scan_text(raw.replace(b"\0", b" ").decode("utf-8", errors="replace"), rel))
+        out.append((rel, raw.replace(b"\0", b" ").decode("utf-8", errors="replace")))
+    return SkillFiles(h.hexdigest(), tuple(out))
+
+
+def scan_files(files: SkillFiles) -> list[Finding]:
+    """What the check finds in a folder read by `read_skill`."""
+    out: list[Finding] = []
+    for part in files.parts:
+        if isinstance(part, Finding):
+            out.append(part)
+        else:
+            out.extend(scan_text(part[1], part[0]))
     return out
+
+
+def scan_skill(folder: Path) -> list[Finding]:
+    """Findings over every file of a skill folder (`read_skill`, then `scan_files`)."""
+    return scan_files(read_skill(folder))

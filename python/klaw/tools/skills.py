@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from klaw.skills.frontmatter import parse_frontmatter
 from klaw.skills.meta import SkillMeta, command_name, read_meta, unmet
-from klaw.skills.scan import MAX_FILE_BYTES, SKIPPED_DIRS, Finding, scan_skill, skill_files
+from klaw.skills.scan import MAX_FILE_BYTES, SKIPPED_DIRS, Finding, read_skill, scan_files
 from klaw.skills.state import SkillChoices
 from klaw.tools.base import Tool, ToolError
 
@@ -107,35 +107,22 @@ class SkillStatus:
         return ""
 
 
-# folder -> (signature of its files, (findings, digest)): one scan per change, shared
-# by every catalog (the pipeline makes one per turn).
-_SCANS: dict[Path, tuple[tuple[tuple[str, int, int], ...], tuple[tuple[Finding, ...], str]]] = {}
+# digest of a folder's files -> what the check found in them: one scan per content,
+# shared by every catalog (the pipeline makes one per turn).
+_SCANS: dict[str, tuple[Finding, ...]] = {}
 
 
 def _scan_cached(folder: Path) -> tuple[tuple[Finding, ...], str]:
-    import hashlib
-
-    try:
-        files = skill_files(folder)
-        sig = tuple((str(p), int(st.st_mtime_ns), st.st_size) for p in files for st in (p.lstat(),))
-    except OSError:
-        sig = ()
-    cached = _SCANS.get(folder)
-    if cached is not None and cached[0] == sig and sig:
-        return cached[1]
-    found = tuple(scan_skill(folder))
-    h = hashlib.sha256()
-    for path in skill_files(folder):
-        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        try:
-            h.update(path.read_bytes() if path.stat().st_size <= MAX_FILE_BYTES else b"big")
-        except OSError:
-            h.update(b"unreadable")
-    result = (found, h.hexdigest()[:16])
-    if len(_SCANS) > 256:
-        _SCANS.clear()
-    _SCANS[folder] = (sig, result)
-    return result
+    """(findings, digest) of the files as they are now: every file is read at each
+    call and the findings are those of the very bytes the digest covers."""
+    files = read_skill(folder)
+    found = _SCANS.get(files.digest)
+    if found is None:
+        found = tuple(scan_files(files))
+        if len(_SCANS) > 256:
+            _SCANS.clear()
+        _SCANS[files.digest] = found
+    return found, files.digest[:16]
 
 
 class SkillCatalog:
