@@ -14,10 +14,10 @@ from typing import Any
 from sched_support import T, engine_running, engine_yaml, history, klaw, until
 
 from klaw.config import load_engine_config
-from klaw.engine.summaries import latest_summary
 from klaw.memory import Memory
+from klaw.memory.summaries import last_summary, latest_summary
 from klaw.paths import KlawPaths
-from klaw.scheduler.summaries import SYSTEM, last_summary
+from klaw.scheduler.summaries import SYSTEM
 from klaw.wire.protocol import Inbound, Outbound, new_id
 from scripted_llm import FakeLLM
 

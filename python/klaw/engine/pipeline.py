@@ -55,12 +55,12 @@ from klaw.engine.context import (
 )
 from klaw.engine.drafts import DraftSink, DraftStream
 from klaw.engine.images import load_images
-from klaw.engine.summaries import latest_summary
 from klaw.errors import KlawError
 from klaw.lanes import INTERACTIVE, SUBAGENT, SUBAGENT_CHAT_PREFIX, PrioritySlots
 from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, LlmResponse, Message, Usage
 from klaw.memory.rows import with_content
+from klaw.memory.summaries import latest_summary
 from klaw.retry import Backoff
 from klaw.tools.onboarding import onboarding_pending
 from klaw.wire.loglines import command_text, inbound_line, line_row, outbound_line

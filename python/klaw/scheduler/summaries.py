@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from zoneinfo import ZoneInfo
 
 from klaw.fsutil import atomic_write
+from klaw.memory.summaries import Covered, last_summary
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
     from klaw.paths import KlawPaths
     from klaw.scheduler.service import Scheduler
 
-__all__ = ["SUMMARY_JOB", "Summarizer", "last_summary", "sync_summary_job"]
+__all__ = ["SUMMARY_JOB", "Summarizer", "sync_summary_job"]
 
 log = logging.getLogger("klaw.scheduler")
 
@@ -59,56 +58,6 @@ SYSTEM: Final = (
     "of the conversation, in at most 200 words of plain Markdown (bullet points are "
     "fine), with no preamble."
 )
-
-_NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})_msg_(\d+)_(\d+)\.md$")
-_TS = r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)"
-_COVERS = re.compile(rf"^_{_TS} – {_TS}, \d+ messages?, to (\S+)\._$", re.M)
-
-
-@dataclass(frozen=True, slots=True)
-class Covered:
-    """The newest summary of a chat: its path, last ordinal, the messages it covers."""
-
-    path: Path
-    to_ordinal: int
-    from_ts: str  # the first message covered ("" when the file does not say)
-    to_ts: str
-    to_id: str  # the last message covered (times have whole seconds: ids tell apart)
-    text: str
-
-    def of_segment(self, segment_start: str) -> bool:
-        """Whether it summarizes the segment that began at `segment_start` (ISO UTC).
-
-        Told by the messages it covers, never by the file's mtime: a restored or
-        copied file, or a clock set after the file was written (a Pi has no clock
-        of its own), must not move a summary into or out of a segment.
-        """
-        return bool(self.from_ts) and self.from_ts >= segment_start
-
-
-def last_summary(folder: Path) -> Covered | None:
-    """The summary with the highest ordinal in `folder` (None when there is none)."""
-    best: tuple[int, Path] | None = None
-    try:
-        names = [p for p in folder.iterdir() if p.is_file()]
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    for p in names:
-        m = _NAME.match(p.name)
-        if m and (best is None or int(m.group(3)) > best[0]):
-            best = (int(m.group(3)), p)
-    if best is None:
-        return None
-    text = best[1].read_text(encoding="utf-8", errors="replace")
-    covers = _COVERS.search(text)
-    return Covered(
-        path=best[1],
-        to_ordinal=best[0],
-        from_ts=covers.group(1) if covers else "",
-        to_ts=covers.group(2) if covers else "",
-        to_id=covers.group(3) if covers else "",
-        text=text,
-    )
 
 
 class Summarizer:
