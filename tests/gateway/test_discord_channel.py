@@ -17,7 +17,14 @@ import pytest
 from fake_discord import BOT_ID, OTHER_ID, TOKEN, USER_ID, VOICE_FLAG, FakeDiscord, snowflake_time
 
 from klaw.config import DiscordConfig
-from klaw.gateway.channel import FILE_TOO_LARGE, STORAGE_NOTICE, ChannelSendError, Incoming, OutFile
+from klaw.gateway.channel import (
+    FILE_TOO_LARGE,
+    STORAGE_NOTICE,
+    ChannelSendError,
+    Incoming,
+    OutFile,
+    rejected_notice,
+)
 from klaw.gateway.discord import (
     MESSAGE_LIMIT,
     NOT_SERVED_GUILD,
@@ -26,7 +33,7 @@ from klaw.gateway.discord import (
     looks_like_token,
 )
 from klaw.gateway.tgformat import split_message, utf16_len
-from klaw.wire.protocol import Quote
+from klaw.wire.protocol import InvalidMessage, Quote
 
 T = 15.0
 MESSAGES = "POST /channels/{channel}/messages"
@@ -398,6 +405,34 @@ async def test_a_failing_message_is_retried_then_dropped_holding_up_only_its_cha
         got = [await asyncio.wait_for(received.get(), T) for _ in range(2)]
     assert got == ["flaky", "after"]
     assert len([a for a in attempts if a != "flaky"]) == 3
+    await fake_discord.wait_for(lambda: bool(fake_discord.sent_to(world.dm)), T)
+    assert [m.content for m in fake_discord.sent_to(world.dm)] == [rejected_notice(ValueError())]
+
+
+async def test_a_message_at_fault_is_rejected_at_once_and_the_sender_told(
+    fake_discord: FakeDiscord, world: World, tmp_path: Path
+) -> None:
+    """A message that cannot be stored as it is fails the same way every time: one try,
+    then the sender is told (hostile 13: five tries meant five paid transcriptions)."""
+    attempts: list[str] = []
+    received: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(inc: Incoming) -> None:
+        if inc.content == "malformed":
+            attempts.append(inc.id)
+            raise InvalidMessage("inbound: content is not a string")
+        await received.put(inc.content)
+
+    channel = make_channel(fake_discord, tmp_path, max_deliveries=5, backoff=0.05)
+    async with listening_to(channel, fake_discord, on_message):
+        fake_discord.message(world.dm, "malformed")
+        fake_discord.message(world.dm, "after")
+        assert await asyncio.wait_for(received.get(), T) == "after"
+        await fake_discord.wait_for(lambda: bool(fake_discord.sent_to(world.dm)), T)
+    assert len(attempts) == 1
+    [notice] = fake_discord.sent_to(world.dm)
+    assert notice.content == rejected_notice(InvalidMessage(""))
+    assert "(it could not be read)" in notice.content
 
 
 async def test_a_storage_outage_keeps_the_message_until_the_disk_is_back(

@@ -15,10 +15,10 @@ import pytest
 from fake_telegram import BOT_USERNAME, TOKEN, USER_ID, FakeTelegram
 
 from klaw.config import TelegramConfig
-from klaw.gateway.channel import ChannelSendError, Incoming
+from klaw.gateway.channel import ChannelSendError, Incoming, rejected_notice
 from klaw.gateway.telegram import FILE_TOO_LARGE, TelegramChannel, TelegramError, safe_filename
 from klaw.gateway.tgformat import split_message, to_html
-from klaw.wire.protocol import Quote
+from klaw.wire.protocol import LineTooLong, Quote
 
 CHAT = 1001  # a private chat
 GROUP = -100777  # a supergroup
@@ -410,6 +410,45 @@ async def test_poison_update_is_dropped_after_max_deliveries(
         assert await asyncio.wait_for(passed.get(), 10) == "next"
         await fake_telegram.wait_for(lambda: len(attempts) == 3 and not fake_telegram.pending, 10)
         assert len(attempts) == 3
+        # The sender hears that it was not passed on (it was not silently lost).
+        sent = await fake_telegram.wait_sent(CHAT)
+        assert [m.text for m in sent] == [rejected_notice(ValueError())]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await channel.close()
+
+
+async def test_a_message_at_fault_is_rejected_at_once_and_the_sender_told(
+    fake_telegram: FakeTelegram, inbox: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Hostile 13's second half: a message that cannot be stored as it is (here too big
+    for a protocol line) fails the same way every time. It is not tried again (a voice
+    note would be transcribed, and paid, each time): rejected, logged, the sender told."""
+    channel = make_channel(fake_telegram, inbox, max_deliveries=5)
+    attempts: list[str] = []
+    passed: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(msg: Incoming) -> None:
+        if msg.content == "huge":
+            attempts.append(msg.id)
+            raise LineTooLong("Inbound encodes to 1200000 bytes, over the 1048576-byte limit")
+        await passed.put(msg.content)
+
+    task = asyncio.create_task(channel.listen(on_message))
+    try:
+        with caplog.at_level(logging.ERROR, logger="klaw.gateway"):
+            update_id = fake_telegram.push(fake_telegram.message(CHAT, text="huge"))
+            fake_telegram.text(CHAT, "next")
+            assert await asyncio.wait_for(passed.get(), 10) == "next"
+            [notice] = await fake_telegram.wait_sent(CHAT)
+        assert notice.text.startswith("⚠️ I couldn't take in your last message (it is too big")
+        assert len(attempts) == 1
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+            f"telegram: update {update_id} cannot be taken in (Inbound encodes to 1200000 "
+            "bytes, over the 1048576-byte limit); rejected without retrying"
+        ]
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ class FakeTranscriber:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.status = 200
+        self.text = f" {WORDS} "  # what every recording says
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -60,7 +63,7 @@ class FakeTranscriber:
             return web.json_response({"error": {"message": "overloaded"}}, status=self.status)
         if "file" not in fields or "model" not in fields:
             return web.json_response({"error": {"message": "file and model required"}}, status=400)
-        return web.json_response({"text": f" {WORDS} "})
+        return web.json_response({"text": self.text})
 
 
 @pytest.fixture
@@ -187,6 +190,71 @@ async def test_too_long_or_failing_is_said_and_the_message_still_goes_on(
     assert texts[2] == FAILED.format(reason="the provider answered HTTP 503")
     assert len(transcriber.requests) == 1 and transcriber.requests[0]["auth"] is None
     assert len(llm.requests) == 2
+
+
+async def test_a_transcript_too_long_for_a_message_goes_whole_to_a_file_paid_once(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+    transcriber: FakeTranscriber,
+) -> None:
+    """Hostile 13: a transcript over 1 MiB made the message too big for one protocol
+    line; the gateway uploaded the note 5 times, then dropped it without a word. Now
+    the transcript is kept whole in a file, as a long typed text is, and the message
+    carries its beginning and the recording: one upload, one answer, nothing lost."""
+    fake = fake_telegram
+    words = "Помидоры вечером. " * 70_000  # 1.26 M characters, 2.4 MB as UTF-8
+    transcriber.text = words
+    llm.answer("That was long.")
+    cfg = voice_config(fake, {"endpoint": transcriber.url})
+    async with running(klaw_home, config, open_memory, fake, cfg) as gw:
+        voice(fake)
+        (reply,) = await fake.wait_sent(OWNER, 1, T)
+        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+    assert reply.visible == "That was long." and len(transcriber.requests) == 1
+    user = log_lines(klaw_home)[0]
+    recording, text = user["meta"]["attachments"]
+    assert recording["path"].endswith("voice.ogg")
+    assert (klaw_home.workspace / text["path"]).read_text(encoding="utf-8") == words.strip()
+    note = f"[This message was {len(words.strip())} characters long; the full text is in "
+    assert user["content"].startswith(f"{note}the file {text['path']}. Its beginning:]\n")
+    assert user["content"].endswith(words.strip()[:2000])
+    assert user_text(llm.requests[0]).startswith(note)
+
+
+async def test_a_voice_note_taken_in_again_is_not_uploaded_again(
+    klaw_home: KlawPaths,
+    config: EngineConfig,
+    open_memory: Any,
+    llm: FakeLLM,
+    fake_telegram: FakeTelegram,
+    transcriber: FakeTranscriber,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The buffer cannot be synced once (disk full) after the note was transcribed: the
+    update stays with Telegram and is handled again, with the words already heard."""
+    fake = fake_telegram
+    real_fsync = os.fsync
+    failed: list[int] = []
+
+    def fsync(fd: int) -> None:
+        if not failed and os.readlink(f"/proc/self/fd/{fd}") == str(klaw_home.gateway_buffer):
+            failed.append(fd)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    llm.answer("Noted.")
+    cfg = voice_config(fake, {"endpoint": transcriber.url})
+    async with running(klaw_home, config, open_memory, fake, cfg) as gw:
+        monkeypatch.setattr(os, "fsync", fsync)
+        voice(fake)
+        sent = await fake.wait_sent(OWNER, 2, T)  # the storage notice, then the reply
+        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+    assert failed and [s.visible for s in sent][1] == "Noted."
+    assert len(transcriber.requests) == 1
+    assert WORDS in user_text(llm.requests[0])
 
 
 def test_bad_transcription_settings_are_named(tmp_path: Path) -> None:

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
+from pydantic import ValidationError
+
 from klaw.errors import KlawError
 from klaw.retry import Backoff
-from klaw.wire.protocol import Attachment, Quote
+from klaw.wire.protocol import Attachment, LineTooLong, ProtocolError, Quote
 
 __all__ = [
     "FILE_TOO_LARGE",
@@ -33,9 +35,11 @@ __all__ = [
     "Incoming",
     "OnMessage",
     "OutFile",
+    "Redelivery",
     "StorageOutage",
     "display_name",
     "platform_id",
+    "rejected_notice",
     "safe_filename",
     "storable",
 ]
@@ -298,6 +302,74 @@ class StorageOutage:
             )
             self.tries = 0
             self._told.clear()
+
+
+#: Errors of the message itself: handling it again would fail the same way.
+_PERMANENT: Final = (ProtocolError, ValidationError, UnicodeError)
+
+
+class Redelivery:
+    """A channel's answer to a message whose handling raised, other than a storage
+    outage: tried again after `backoff.delay(n)` (others go on meanwhile), at most
+    `max_deliveries` tries in all, then rejected. An error of the message itself (it
+    cannot be encoded or stored as it is) is rejected at once: a retry would fail the
+    same way, and may cost (a voice note is transcribed again). Every try is logged;
+    a rejection as an error, and the chat is then told (`rejected_notice`)."""
+
+    def __init__(
+        self, log: logging.Logger, channel: str, max_deliveries: int, backoff: Backoff
+    ) -> None:
+        self._log = log
+        self._channel = channel
+        self.max_deliveries = max(1, max_deliveries)
+        self._backoff = backoff
+
+    def retry_in(self, what: str, failures: int, exc: BaseException) -> float | None:
+        """Seconds before the next try of `what` (the message, for the log) that has
+        now failed `failures` times with `exc`; None: it is rejected."""
+        if isinstance(exc, _PERMANENT):
+            self._log.error(
+                "%s: %s cannot be taken in (%s); rejected without retrying",
+                self._channel,
+                what,
+                exc,
+                exc_info=exc,
+            )
+            return None
+        if failures >= self.max_deliveries:
+            self._log.error(
+                "%s: handling %s failed %d times; rejecting it",
+                self._channel,
+                what,
+                failures,
+                exc_info=exc,
+            )
+            return None
+        wait = self._backoff.delay(failures)
+        self._log.error(
+            "%s: handling %s failed (try %d of %d); retrying in %.1fs",
+            self._channel,
+            what,
+            failures,
+            self.max_deliveries,
+            wait,
+            exc_info=exc,
+        )
+        return wait
+
+
+def rejected_notice(exc: BaseException) -> str:
+    """What the sender of a rejected message is told: it was not passed on, and why."""
+    if isinstance(exc, LineTooLong):
+        why = "it is too big to store as one message"
+    elif isinstance(exc, _PERMANENT):
+        why = "it could not be read"
+    else:
+        why = "handling it failed several times; the log says why"
+    return (
+        f"⚠️ I couldn't take in your last message ({why}), so it was not passed on. "
+        "Please send it again, shorter or as a file."
+    )
 
 
 _NAME_BYTES: Final = 120  # a saved file's name; a "telegram_{chat}_{msg}_" prefix fits in 255

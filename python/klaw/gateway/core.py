@@ -200,19 +200,21 @@ class Gateway:
             return
         self.access.note_inbound(inc.chat_id)
         msg = await asyncio.to_thread(self._normalize, inc)
-        line = inbound_line(msg)
-        buffered = msg.id in self.buffer
-        if self.logbook.has(msg.chat_id, line) and not buffered:
+        kept = self.buffer.get(msg.id)
+        if kept is None and self.logbook.has(msg.chat_id, inbound_line(msg)):
             log.info(
                 "message %s of %s was handled before: not forwarded again", msg.id, msg.chat_id
             )
             return
-        if isinstance(msg, Inbound) and not buffered:
+        if kept is not None:
+            msg = kept  # delivered again before it was answered: as it was stored
+        elif isinstance(msg, Inbound):
             # Voice notes: the words become the text, the recording stays attached.
-            heard = await self.transcriber.transcribed(msg)
-            if heard is not msg:
-                msg, line = heard, inbound_line(heard)
-        await asyncio.to_thread(self._keep, msg, line)
+            msg = await self.transcriber.transcribed(msg)
+            if len(msg.content) > MAX_INBOUND_CHARS:
+                msg = await asyncio.to_thread(self._spill, msg)
+        await asyncio.to_thread(self._keep, msg, inbound_line(msg))
+        self.transcriber.forget(msg.id)
         self._start_typing(msg.channel, msg.chat_id)
         async with self._write_lock:
             # The reconnect replay may have sent it already (it was buffered while
@@ -246,15 +248,12 @@ class Gateway:
                 args=inc.args,
                 meta=meta,
             )
-        content = inc.content
-        if len(content) > MAX_INBOUND_CHARS:
-            content, meta = self._spill(inc, meta)
         return Inbound(
             id=inc.id,
             channel=inc.channel,
             chat_id=inc.chat_id,
             ts=inc.ts,
-            content=content,
+            content=inc.content,
             meta=meta,
         )
 
@@ -266,22 +265,23 @@ class Gateway:
             return att
         return att.model_copy(update={"path": rel.as_posix()})
 
-    def _spill(self, inc: Incoming, meta: InboundMeta) -> tuple[str, InboundMeta]:
-        """A text too long for one turn goes to the inbox as a file the model can read."""
+    def _spill(self, msg: Inbound) -> Inbound:
+        """A text too long for one turn (typed, or a voice note's transcript) goes to the
+        inbox as a file the model can read; the message keeps its beginning."""
         inbox = self.paths.inbox
         inbox.mkdir(parents=True, exist_ok=True)
-        name = f"message-{inc.ts.strftime('%Y%m%d-%H%M%S')}-{new_id()[:8]}.txt"
+        name = f"message-{msg.ts.strftime('%Y%m%d-%H%M%S')}-{new_id()[:8]}.txt"
         path = inbox / name
-        data = inc.content.encode("utf-8", "replace")
+        data = msg.content.encode("utf-8", "replace")
         path.write_bytes(data)
         rel = str(Path("inbox") / name)
         note = (
-            f"[This message was {len(inc.content)} characters long; the full text is in the "
+            f"[This message was {len(msg.content)} characters long; the full text is in the "
             f"file {rel}. Its beginning:]\n"
         )
-        head = inc.content[:2000]
         att = Attachment(path=rel, mime="text/plain", name=name, size=len(data))
-        return note + head, meta.model_copy(update={"attachments": [*meta.attachments, att]})
+        meta = msg.meta.model_copy(update={"attachments": [*msg.meta.attachments, att]})
+        return msg.model_copy(update={"content": note + msg.content[:2000], "meta": meta})
 
     async def _refuse(self, channel: Channel, inc: Incoming) -> None:
         if inc.is_group:

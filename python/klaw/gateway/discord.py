@@ -62,10 +62,12 @@ from klaw.gateway.channel import (
     Incoming,
     OnMessage,
     OutFile,
+    Redelivery,
     StorageOutage,
     display_name,
     message_in,
     platform_id,
+    rejected_notice,
     safe_filename,
     storable,
 )
@@ -226,7 +228,8 @@ class DiscordChannel:
     keeps the last handled message per chat for the catch-up after a restart. Attachments
     over `max_file_size` arrive as ``unsupported=FILE_TOO_LARGE``. A message whose
     `on_message` raised is tried again after `backoff`..`max_backoff`, at most
-    `max_deliveries` times (storage errors: until the disk is back); `catch_up` bounds
+    `max_deliveries` times (storage errors: until the disk is back; an error of the
+    message itself: not again, `Redelivery`), its chat told when it is given up; `catch_up` bounds
     the messages read back per chat on a new session.
     """
 
@@ -261,7 +264,7 @@ class DiscordChannel:
         self._inbox = inbox
         self._max_file_size = max_file_size
         self._backoff = Backoff(backoff, 2.0, max_backoff)
-        self._max_deliveries = max(1, max_deliveries)
+        self._redelivery = Redelivery(log, "discord", max_deliveries, self._backoff)
         self._catch_up = max(0, catch_up)
         self._save_every = save_every
         self.admit = admit
@@ -441,31 +444,16 @@ class DiscordChannel:
                     await self._storage_outage(channel, item, exc)
                     continue
                 failures += 1
-                if not await self._failed(item, failures):
+                wait = self._redelivery.retry_in(f"event {item.key}", failures, exc)
+                if wait is None:
+                    self._spawn(self._notice(channel, rejected_notice(exc)), "klaw-discord-notice")
                     break
+                await asyncio.sleep(wait)
                 continue
             self._outage.stored()
             break
         if message is not None and self._served(f"discord_{channel}"):
             self._cursors.advance(channel, message.id, _is_dm(message.channel))
-
-    async def _failed(self, item: _Item, failures: int) -> bool:
-        """Waits before another try of `item`; False once it failed too often."""
-        if failures >= self._max_deliveries:
-            log.exception(
-                "discord: handling event %d failed %d times; rejecting it", item.key, failures
-            )
-            return False
-        wait = self._backoff.delay(failures)
-        log.exception(
-            "discord: handling event %d failed (try %d of %d); retrying in %.1fs",
-            item.key,
-            failures,
-            self._max_deliveries,
-            wait,
-        )
-        await asyncio.sleep(wait)
-        return True
 
     async def _storage_outage(self, channel: int, item: _Item, exc: Exception) -> None:
         def tell() -> None:  # sent aside: the chat's queue waits for the disk

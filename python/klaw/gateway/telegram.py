@@ -51,10 +51,12 @@ from klaw.gateway.channel import (
     Incoming,
     OnMessage,
     OutFile,
+    Redelivery,
     StorageOutage,
     display_name,
     message_in,
     platform_id,
+    rejected_notice,
     safe_filename,
     storable,
 )
@@ -142,7 +144,8 @@ class TelegramChannel:
     (429 and network errors); `backoff`..`max_backoff` are the waits between network
     retries, also while polling, which never gives up; a 429 longer than `max_retry_after`
     fails the send at once instead of blocking it. An update whose `on_message` raised is
-    delivered again, at most `max_deliveries` times, then dropped with an error logged.
+    delivered again, at most `max_deliveries` times, then dropped with an error logged and
+    its chat told; at once if the message itself is at fault (`Redelivery`).
     """
 
     name = "telegram"
@@ -186,7 +189,7 @@ class TelegramChannel:
         self._max_backoff = max_backoff
         self._retry_backoff = Backoff(backoff, 2.0, max_backoff)
         self._max_retry_after = max_retry_after
-        self._max_deliveries = max(1, max_deliveries)
+        self._redelivery = Redelivery(log, "telegram", max_deliveries, self._retry_backoff)
         # Whether a chat ("telegram_123") may be served: files of others are not
         # downloaded (the gateway refuses their messages anyway).
         self.admit = admit
@@ -292,7 +295,7 @@ class TelegramChannel:
                     self._handled.discard(update_id)
                     self._offset = update_id + 1
                 continue
-            chat = _int(_obj(_obj(update, "message"), "chat"), "id")
+            chat = _chat_of(update)
             due = self._retry_at.get(update_id)
             if (due is not None and due > loop.time()) or chat in held:
                 # Its retry is not due, or an earlier message of its chat is not done
@@ -329,7 +332,7 @@ class TelegramChannel:
             raise
         except Exception as exc:
             if not StorageOutage.caused(exc):
-                return self._failed(update_id)
+                return self._failed(update, update_id, exc)
             # The message could not be stored (disk full, read-only, I/O error): it is
             # not acknowledged, so Telegram keeps it, and it is fetched again until the
             # disk is back. Nothing else can be stored meanwhile either.
@@ -341,44 +344,41 @@ class TelegramChannel:
         return _Outcome.DONE
 
     async def _storage_outage(self, update: Json, update_id: int, exc: Exception) -> None:
-        chat_id = _int(_obj(_obj(update, "message"), "chat"), "id")
+        chat_id = _chat_of(update)
 
         def tell() -> None:  # sent aside: the update loop waits for the disk
             if chat_id is not None:
-                task = asyncio.create_task(self._storage_notice(chat_id))
-                self._notices.add(task)
-                task.add_done_callback(self._notices.discard)
+                self._notify_aside(chat_id, STORAGE_NOTICE)
 
         what = f"update {update_id} (it stays with Telegram)"
         await asyncio.sleep(self._outage.failed(chat_id, what, exc, tell))
 
-    async def _storage_notice(self, chat_id: int) -> None:
-        try:
-            await self._api.call("sendMessage", {"chat_id": chat_id, "text": STORAGE_NOTICE})
-        except BotApiException as err:
-            log.warning("telegram: storage notice to %s failed: %s", chat_id, err)
+    def _notify_aside(self, chat_id: int, text: str) -> None:
+        """Sends a notice without holding up the update loop."""
+        task = asyncio.create_task(self._notice(chat_id, text))
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
 
-    def _failed(self, update_id: int) -> _Outcome:
-        """An update whose handling raised (not a storage error): retried a few times
-        with backoff (others go on meanwhile), then rejected with an error in the log."""
+    async def _notice(self, chat_id: int, text: str) -> None:
+        try:
+            await self._api.call("sendMessage", {"chat_id": chat_id, "text": text})
+        except BotApiException as err:
+            log.warning("telegram: notice to %s failed: %s", chat_id, err)
+
+    def _failed(self, update: Json, update_id: int, exc: Exception) -> _Outcome:
+        """An update whose handling raised (not a storage error): retried later, or
+        rejected (`Redelivery`) and its chat told."""
         failures = self._deliveries.get(update_id, 0) + 1
-        if failures < self._max_deliveries:
+        wait = self._redelivery.retry_in(f"update {update_id}", failures, exc)
+        if wait is not None:
             self._deliveries[update_id] = failures
-            wait = self._retry_backoff.delay(failures)
             self._retry_at[update_id] = asyncio.get_running_loop().time() + wait
-            log.exception(
-                "telegram: handling update %d failed (try %d of %d); retrying in %.1fs",
-                update_id,
-                failures,
-                self._max_deliveries,
-                wait,
-            )
             return _Outcome.RETRY
-        log.exception(
-            "telegram: handling update %d failed %d times; rejecting it", update_id, failures
-        )
         self._deliveries.pop(update_id, None)
         self._retry_at.pop(update_id, None)
+        chat_id = _chat_of(update)
+        if chat_id is not None:
+            self._notify_aside(chat_id, rejected_notice(exc))
         return _Outcome.DONE
 
     async def _normalise(self, update: Json) -> Incoming | None:
@@ -860,6 +860,10 @@ def _str(obj: Json | None, key: str) -> str | None:
 def _int(obj: Json | None, key: str) -> int | None:
     value = obj.get(key) if obj is not None else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _chat_of(update: Json) -> int | None:
+    return _int(_obj(_obj(update, "message"), "chat"), "id")
 
 
 def _list(value: Any) -> list[Any]:

@@ -10,6 +10,9 @@ which OpenAI, Groq, SiliconFlow and local whisper servers offer.
 Nothing is lost when it cannot be done: a note that is too long or too big, a provider
 that fails, or no provider at all leaves the message as a file the model is told about,
 and the sender gets one line saying why (without a provider: once per chat and run).
+A transcript too long for one message goes to the inbox like a long typed text
+(`klaw.gateway.core`). A message tried again (storage full, a failure after the upload)
+is not transcribed, nor its sender told, a second time: the last results are kept.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ TOO_LONG: Final = "That voice message is {what}; I take up to {limit}. Please se
 FAILED: Final = "I couldn't transcribe that voice message ({reason}); I only see the file."
 
 Say = Callable[[str, str], Awaitable[None]]  # (chat id, text)
+_KEEP_HEARD: Final = 64
 
 
 class TranscriptionError(KlawError):
@@ -60,13 +64,28 @@ class Transcriber:
         self._workspace = workspace
         self._say = say
         self._told: set[str] = set()  # chats told that no provider is set
+        # Messages transcribed lately, by id: a message handled again is not paid twice.
+        self._heard: dict[str, Inbound] = {}
         self._session: aiohttp.ClientSession | None = None
 
     async def transcribed(self, msg: Inbound) -> Inbound:
         """`msg` with its voice notes' words as its text (after a caption, if any)."""
-        audio = [a for a in msg.meta.attachments if is_audio(a)]
-        if not audio:
+        if not any(is_audio(a) for a in msg.meta.attachments):
             return msg
+        heard = self._heard.get(msg.id)
+        if heard is None:
+            heard = await self._transcribed(msg)
+            if len(self._heard) >= _KEEP_HEARD:
+                self._heard.pop(next(iter(self._heard)))
+            self._heard[msg.id] = heard
+        return heard
+
+    def forget(self, msg_id: str) -> None:
+        """`msg_id` is stored: a redelivery of it is recognised without the transcript."""
+        self._heard.pop(msg_id, None)
+
+    async def _transcribed(self, msg: Inbound) -> Inbound:
+        audio = [a for a in msg.meta.attachments if is_audio(a)]
         if not self._config.active:
             if msg.chat_id not in self._told:
                 self._told.add(msg.chat_id)
