@@ -1,7 +1,7 @@
 """Type stubs for the Rust extension `klaw._core` (checked by mypy.stubtest)."""
 
 from os import PathLike
-from typing import final
+from typing import Any, final
 
 __version__: str
 
@@ -148,6 +148,8 @@ class SearchParams:
 
 @final
 class Hit:
+    """A search result."""
+
     @property
     def id(self) -> int: ...
     @property
@@ -166,6 +168,14 @@ class Hit:
     def created_at(self) -> str: ...
     @property
     def score(self) -> float: ...
+    @property
+    def citation(self) -> str:
+        """`memory/2026-02-24.md#L12-L30`, or just the source when it has no lines; a past
+        conversation's round: `chat:<chat id> 2026-02-24 msg <first id>…<last id>`."""
+    def with_content(self, content: str) -> Hit:
+        """The same hit with other text (hits are frozen)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The fields and the citation, for JSON."""
 
 @final
 class Message:

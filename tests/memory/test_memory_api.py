@@ -91,6 +91,40 @@ def test_index_file_lines_are_right_and_unchanged_files_skipped(
     assert "Seagull" in memory.search("wifi network name", top_k=1)[0].content
 
 
+def test_a_hit_as_json_has_its_fields_and_citation(memory: Memory, klaw_home: KlawPaths) -> None:
+    """`klaw memory search --json` prints `to_dict()`: the keys in the order they always
+    had, the citation last."""
+    (klaw_home.workspace / "MEMORY.md").write_text(NOTES)
+    memory.index_file(klaw_home.workspace / "MEMORY.md")
+    top = memory.search("wifi password", top_k=1)[0]
+    d = top.to_dict()
+    assert list(d) == [
+        "content",
+        "source",
+        "start_line",
+        "end_line",
+        "created_at",
+        "score",
+        "id",
+        "chat_id",
+        "heading",
+        "citation",
+    ]
+    assert d == {
+        "content": top.content,
+        "source": "MEMORY.md",
+        "start_line": top.start_line,
+        "end_line": top.end_line,
+        "created_at": top.created_at,
+        "score": top.score,
+        "id": top.id,
+        "chat_id": None,
+        "heading": top.heading,
+        "citation": f"MEMORY.md#L{top.start_line}-L{top.end_line}",
+    }
+    assert json.loads(json.dumps(d)) == d
+
+
 def test_index_workspace_indexes_daily_logs_and_forgets_deleted(
     memory: Memory, klaw_home: KlawPaths
 ) -> None:

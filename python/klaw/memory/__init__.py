@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from klaw.memory.api import IndexReport, Memory
     from klaw.memory.core import CoreMemory
-    from klaw.memory.hit import Hit
+    from klaw.memory.rows import Hit
 
 __all__ = ["CoreMemory", "Hit", "IndexReport", "Memory"]
 
@@ -23,7 +23,7 @@ _WHERE = {
     "Memory": "klaw.memory.api",
     "IndexReport": "klaw.memory.api",
     "CoreMemory": "klaw.memory.core",
-    "Hit": "klaw.memory.hit",
+    "Hit": "klaw.memory.rows",
 }
 
 

@@ -27,8 +27,8 @@ from klaw.fsutil import atomic_write
 from klaw.lock import EngineLock
 from klaw.memory.dbfile import check_db_file
 from klaw.memory.embedding import EmbeddingBackend, OllamaBackend, OnnxBackend
-from klaw.memory.hit import Hit
 from klaw.memory.reindex import ReindexReport, read_saved, remove_db_files, swap_in
+from klaw.memory.rows import Hit
 from klaw.paths import KlawPaths
 from klaw.wire.record import now_iso, to_iso
 
@@ -472,23 +472,9 @@ class Memory:
         params = self.search_params(
             k, recency=s.recency if recent else 0.0, keyword_pivot=self.keyword_pivot()
         )
-        hits = self.store.search(
+        return self.store.search(
             qvec, query, params, since=to_iso(since), until=to_iso(until), source=source
         )
-        return [
-            Hit(
-                content=h.content,
-                source=h.source,
-                start_line=h.start_line,
-                end_line=h.end_line,
-                created_at=h.created_at,
-                score=h.score,
-                id=h.id,
-                chat_id=h.chat_id,
-                heading=h.heading,
-            )
-            for h in hits
-        ]
 
     def search_params(
         self, top_k: int, *, recency: float = 0.0, keyword_pivot: int = 0
@@ -637,8 +623,6 @@ def _whole_rounds(hits: list[Hit]) -> list[Hit]:
     """A round's user and reply chunks found together are one hit (the round's message
     ids are the chunks' heading), at the better one's rank: the model reads the
     question with its answer, and a round does not take two of the top places."""
-    import dataclasses
-
     out: list[Hit] = []
     where: dict[str, int] = {}
     for hit in hits:
@@ -650,5 +634,5 @@ def _whole_rounds(hits: list[Hit]) -> list[Hit]:
             continue
         first = out[where[key]]
         parts = sorted([first.content, hit.content], key=lambda t: not t.startswith("user: "))
-        out[where[key]] = dataclasses.replace(first, content="\n".join(parts))
+        out[where[key]] = first.with_content("\n".join(parts))
     return out

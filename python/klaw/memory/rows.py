@@ -4,10 +4,10 @@ has one owner (`klaw.memory`)."""
 
 from __future__ import annotations
 
-from klaw._core import FileState, Session, count_tokens_batch
+from klaw._core import FileState, Hit, Session, count_tokens_batch
 from klaw._core import Message as StoredMessage
 
-__all__ = ["FileState", "Session", "StoredMessage", "count_tokens_batch", "with_content"]
+__all__ = ["FileState", "Hit", "Session", "StoredMessage", "count_tokens_batch", "with_content"]
 
 
 def with_content(row: StoredMessage, content: str) -> StoredMessage:

@@ -15,7 +15,7 @@ from klaw.tools.base import Tool, ToolError
 if TYPE_CHECKING:
     from klaw.memory.api import Memory
     from klaw.memory.core import CoreMemory
-    from klaw.memory.hit import Hit
+    from klaw.memory.rows import Hit
     from klaw.memory.timewords import TimeRange
     from klaw.openclaw.writeback import WriteBack
 

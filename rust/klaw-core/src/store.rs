@@ -65,6 +65,33 @@ pub struct Hit {
     pub score: f64,
 }
 
+impl Hit {
+    /// Where the hit came from, as the model and the owner cite it:
+    /// `memory/2026-02-24.md#L12-L30`, or the bare source when it has no lines; a past
+    /// conversation's round (a `chat:` source whose heading holds the round's message
+    /// ids): `chat:<chat id> 2026-02-24 msg <first id>…<last id>`.
+    pub fn citation(&self) -> String {
+        if self.source.starts_with(CHAT_SOURCE_PREFIX) {
+            let mut ids = self.heading.as_deref().unwrap_or("").split_whitespace();
+            if let Some(first) = ids.next() {
+                let day: String = self.created_at.chars().take(10).collect();
+                return match ids.last() {
+                    Some(last) => format!("{} {day} msg {first}…{last}", self.source),
+                    None => format!("{} {day} msg {first}", self.source),
+                };
+            }
+        }
+        match self.start_line {
+            Some(start) => format!(
+                "{}#L{start}-L{}",
+                self.source,
+                self.end_line.unwrap_or(start)
+            ),
+            None => self.source.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
     pub since: Option<i64>,
@@ -1114,6 +1141,33 @@ mod tests {
             heading: None,
             chunk_hash: text.into(),
         }
+    }
+
+    fn hit(source: &str, lines: Option<(i64, i64)>, heading: Option<&str>) -> Hit {
+        Hit {
+            id: 1,
+            content: String::new(),
+            source: source.into(),
+            chat_id: None,
+            start_line: lines.map(|l| l.0),
+            end_line: lines.map(|l| l.1),
+            heading: heading.map(Into::into),
+            created_at: "2026-02-24T18:30:00Z".into(),
+            score: 0.5,
+        }
+    }
+
+    #[test]
+    fn a_citation_names_the_lines_or_the_round() {
+        let note = hit("memory/2026-02-24.md", Some((12, 30)), Some("Garden"));
+        assert_eq!(note.citation(), "memory/2026-02-24.md#L12-L30");
+        assert_eq!(hit("manual", None, None).citation(), "manual");
+        let round = hit("chat:telegram_1", None, Some("m1 m2 m3"));
+        assert_eq!(round.citation(), "chat:telegram_1 2026-02-24 msg m1…m3");
+        let one = hit("chat:telegram_1", None, Some("m7"));
+        assert_eq!(one.citation(), "chat:telegram_1 2026-02-24 msg m7");
+        // A round without ids is cited by its source alone (the Python copy raised).
+        assert_eq!(hit("chat:x", None, Some(" ")).citation(), "chat:x");
     }
 
     /// A search, a keyword search and a read of `meta` finish while another thread is

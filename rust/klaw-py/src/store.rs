@@ -3,49 +3,99 @@
 use crate::docs::{PyDocChunk, PyDocHit};
 use crate::errors::to_py;
 use crate::search::PySearchParams;
-use klaw_core::store::{FileState, Filter, MessageRow, NewChunk, Store};
+use klaw_core::store::{FileState, Filter, Hit, MessageRow, NewChunk, Store};
 use klaw_core::timeutil::parse_iso;
 use klaw_core::CoreError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 use std::path::PathBuf;
 
-#[pyclass(frozen, get_all, module = "klaw._core", name = "Hit")]
-pub struct PyHit {
-    pub id: i64,
-    pub content: String,
-    pub source: String,
-    pub chat_id: Option<String>,
-    pub start_line: Option<i64>,
-    pub end_line: Option<i64>,
-    pub heading: Option<String>,
-    pub created_at: String,
-    pub score: f64,
-}
+/// A search result; `citation` says where it came from.
+#[pyclass(frozen, module = "klaw._core", name = "Hit")]
+pub struct PyHit(Hit);
 
 #[pymethods]
 impl PyHit {
+    #[getter]
+    fn id(&self) -> i64 {
+        self.0.id
+    }
+
+    #[getter]
+    fn content(&self) -> &str {
+        &self.0.content
+    }
+
+    #[getter]
+    fn source(&self) -> &str {
+        &self.0.source
+    }
+
+    #[getter]
+    fn chat_id(&self) -> Option<&str> {
+        self.0.chat_id.as_deref()
+    }
+
+    #[getter]
+    fn start_line(&self) -> Option<i64> {
+        self.0.start_line
+    }
+
+    #[getter]
+    fn end_line(&self) -> Option<i64> {
+        self.0.end_line
+    }
+
+    #[getter]
+    fn heading(&self) -> Option<&str> {
+        self.0.heading.as_deref()
+    }
+
+    #[getter]
+    fn created_at(&self) -> &str {
+        &self.0.created_at
+    }
+
+    #[getter]
+    fn score(&self) -> f64 {
+        self.0.score
+    }
+
+    #[getter]
+    fn citation(&self) -> String {
+        self.0.citation()
+    }
+
+    /// The same hit with other text (hits are frozen).
+    fn with_content(&self, content: String) -> PyHit {
+        PyHit(Hit {
+            content,
+            ..self.0.clone()
+        })
+    }
+
+    /// The fields and the citation, for JSON.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let h = &self.0;
+        let d = PyDict::new(py);
+        d.set_item("content", &h.content)?;
+        d.set_item("source", &h.source)?;
+        d.set_item("start_line", h.start_line)?;
+        d.set_item("end_line", h.end_line)?;
+        d.set_item("created_at", &h.created_at)?;
+        d.set_item("score", h.score)?;
+        d.set_item("id", h.id)?;
+        d.set_item("chat_id", &h.chat_id)?;
+        d.set_item("heading", &h.heading)?;
+        d.set_item("citation", h.citation())?;
+        Ok(d)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Hit(id={}, source={:?}, score={:.4})",
-            self.id, self.source, self.score
+            self.0.id, self.0.source, self.0.score
         )
-    }
-}
-
-impl From<klaw_core::store::Hit> for PyHit {
-    fn from(h: klaw_core::store::Hit) -> Self {
-        PyHit {
-            id: h.id,
-            content: h.content,
-            source: h.source,
-            chat_id: h.chat_id,
-            start_line: h.start_line,
-            end_line: h.end_line,
-            heading: h.heading,
-            created_at: h.created_at,
-            score: h.score,
-        }
     }
 }
 
@@ -412,7 +462,7 @@ impl PyStore {
                     .search(q.as_deref(), &query_text, p.top_k, &p.fusion, &f)
             })
             .map_err(to_py)?;
-        Ok(hits.into_iter().map(PyHit::from).collect())
+        Ok(hits.into_iter().map(PyHit).collect())
     }
 
     #[pyo3(signature = (query_vec, k = 10, since = None, until = None, source = None))]
@@ -468,7 +518,7 @@ impl PyStore {
 
     fn get_chunks(&self, py: Python<'_>, ids: Vec<i64>) -> PyResult<Vec<PyHit>> {
         let hits = py.detach(|| self.inner.get_chunks(&ids)).map_err(to_py)?;
-        Ok(hits.into_iter().map(PyHit::from).collect())
+        Ok(hits.into_iter().map(PyHit).collect())
     }
 
     fn insert_messages(&self, py: Python<'_>, rows: Vec<PyMessage>) -> PyResult<usize> {
