@@ -14,8 +14,9 @@ from klaw.engine.daemon import run
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import LineReader, Message, decode, encode
 
-#: Upper bound for any single wait in these tests.
-T = 10.0
+#: Upper bound for any single wait in these tests: generous, so that a loaded machine
+#: (a build, another suite) slows them down without failing them.
+T = 30.0
 
 
 @dataclass
@@ -64,8 +65,8 @@ class Peer:
         self.writer.write(msg if isinstance(msg, bytes) else encode(msg))
         await self.writer.drain()
 
-    async def recv(self) -> Message:
-        line = await asyncio.wait_for(self.lines.readline(), T)
+    async def recv(self, timeout: float = T) -> Message:
+        line = await asyncio.wait_for(self.lines.readline(), timeout)
         assert line is not None, "connection closed by the engine"
         return decode(line)
 
