@@ -2,15 +2,23 @@
 
 Each base directory comes from its `KLAW_*_DIR` override, else `$XDG_*_HOME/klaw`,
 else the XDG fallback under the home directory. The workspace is `$KLAW_WORKSPACE`,
-else `~/klaw-workspace`.
+else `~/klaw-workspace`; `unsafe_workspace` says why a directory cannot be one.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+#: Where the system keeps its programs, settings, devices and state: never a workspace,
+#: nor anything inside one.
+SYSTEM_DIRS = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+    "/sbin", "/sys", "/usr", "/var",
+)  # fmt: skip
 
 _BASES = {
     "config": ("KLAW_CONFIG_DIR", "XDG_CONFIG_HOME", ".config"),
@@ -158,3 +166,67 @@ class KlawPaths:
     @property
     def embeddings_cache(self) -> Path:
         return self.cache_dir / "embeddings.db"
+
+
+def expand_home(path: str | Path, env: Mapping[str, str]) -> Path:
+    """`path` with a leading `~` read as `env`'s HOME (`~user` as that user's home)."""
+    text = str(path)
+    if text == "~" or text.startswith("~/"):
+        return Path(env.get("HOME") or Path.home()) / text[2:]
+    return Path(os.path.expanduser(text))
+
+
+def unsafe_workspace(
+    workspace: Path, paths: KlawPaths, env: Mapping[str, str] | None = None
+) -> str | None:
+    """Why `workspace` must not be the agent's workspace, or None when it may be.
+
+    The file tools read and write everything in it (and `~/.ssh`, Klaw's keys or `/etc`
+    must stay out of their reach), so it may be neither `/`, a home directory or one
+    holding a home, a system directory or anything inside one (unless it is inside the
+    owner's home), nor hold or lie inside Klaw's config, data or state directory. The
+    path as written and the one its symlinks lead to are both checked.
+    """
+    env = os.environ if env is None else env
+    homes = {Path(env.get("HOME") or Path.home())}
+    try:
+        homes.add(Path(pwd.getpwuid(os.getuid()).pw_dir))
+    except KeyError:  # a uid without a passwd entry (a container's --user)
+        pass
+    klaw = [("config", paths.config_dir), ("data", paths.data_dir), ("state", paths.state_dir)]
+    for p in dict.fromkeys((Path(os.path.abspath(workspace)), Path(os.path.realpath(workspace)))):
+        if p == Path("/"):
+            return "/ is the whole filesystem"
+        for home in homes:
+            if p == home or p in home.parents:
+                return f"{p} is a home directory" if p == home else f"{p} holds the home {home}"
+        if p == Path("/home"):
+            return "/home holds the users' homes"
+        if _someones_home(p):
+            return f"{p} is a home directory"
+        # A service user's home may lie in /var: what is inside it is the owner's own.
+        inside_home = any(home in p.parents for home in homes)
+        for system in map(Path, SYSTEM_DIRS if not inside_home else ()):
+            if p == system:
+                return f"{p} is a system directory"
+            if system in p.parents:
+                return f"{p} is inside the system directory {system}"
+        for kind, base in klaw:
+            for d in dict.fromkeys((Path(os.path.abspath(base)), Path(os.path.realpath(base)))):
+                if p == d or p in d.parents:
+                    return f"{p} holds Klaw's {kind} directory {d}"
+                if d in p.parents:
+                    return f"{p} is inside Klaw's {kind} directory {d}"
+    return None
+
+
+def _someones_home(path: Path) -> bool:
+    """`/root`, or `/home/NAME` when NAME is a user whose home it is."""
+    if path == Path("/root"):
+        return True
+    if path.parent != Path("/home"):
+        return False
+    try:
+        return pwd.getpwnam(path.name).pw_dir == str(path)
+    except KeyError:
+        return False

@@ -541,3 +541,33 @@ def test_a_workspace_behind_a_symbolic_link_is_restored_where_it_points(
     assert "pier 7" in (real / "MEMORY.md").read_text()
     (kept,) = real.parent.glob("ws.before-restore-*")
     assert "Changed since." in (kept / "MEMORY.md").read_text()
+
+
+def test_a_backup_naming_a_system_directory_as_its_workspace_is_refused(
+    klaw_home: KlawPaths, archive: Path
+) -> None:
+    # A forged engine.yaml with matching hashes: the manifest proves integrity, not
+    # origin. With `workspace: /etc` restore renamed /etc aside and wrote the archive's
+    # workspace in its place; /proc here, where nothing can be written should the
+    # guard ever break again.
+    def _system(infos: list[tarfile.TarInfo], data: dict[str, bytes]) -> None:
+        data["config/engine.yaml"] = b"workspace: /proc/ws\n" + data["config/engine.yaml"]
+        fix_manifest(infos, data)
+
+    rewrite(archive, _system)
+    with unchanged(klaw_home):
+        done = run("restore", "--force", str(archive))
+    assert done.returncode == 1, done.stdout
+    assert "engine.yaml workspace: /proc/ws is inside the system directory /proc" in done.stderr
+    assert "nothing was changed" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_workspace_that_is_the_home_is_not_backed_up(
+    klaw_home: KlawPaths, tmp_path: Path
+) -> None:
+    klaw_home.config_dir.mkdir(parents=True, exist_ok=True)
+    klaw_home.engine_config.write_text('workspace: "~"\n')
+    done = run("backup", str(tmp_path / "home.tar.gz"))
+    assert done.returncode == 1
+    assert "engine.yaml workspace:" in done.stderr and "is a home directory" in done.stderr
+    assert not (tmp_path / "home.tar.gz").exists()

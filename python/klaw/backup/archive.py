@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 from klaw.errors import BackupError, SchemaTooNew
-from klaw.paths import KlawPaths
+from klaw.paths import KlawPaths, unsafe_workspace
 
 FORMAT: Final = "klaw-backup"
 #: Raised when the layout or the manifest changes incompatibly; a newer one is refused.
@@ -161,10 +161,12 @@ def sqlite_user_version(path: Path) -> int:
 
 def workspace_in_force(engine_yaml: str | None, paths: KlawPaths) -> Path:
     """The workspace an engine.yaml (its text) names, else `$KLAW_WORKSPACE` or the
-    default, as `klaw.config.resolve_workspace` decides, without validating the rest."""
+    default, as `klaw.config.resolve_workspace` decides, without validating the rest.
+    BackupError when it is one no workspace may be (`/`, a home, /etc...): neither
+    copied into an archive nor replaced by one."""
     import yaml
 
-    from klaw.config import workspace_key
+    from klaw.config import WORKSPACE_HINT, workspace_key
 
     data: Any = None
     if engine_yaml:
@@ -173,7 +175,15 @@ def workspace_in_force(engine_yaml: str | None, paths: KlawPaths) -> Path:
         except yaml.YAMLError:
             data = None
     found = workspace_key(data, os.environ)
-    return found if found is not None and found.is_absolute() else paths.workspace
+    if found is not None and found.is_absolute():
+        workspace, named = found, "engine.yaml workspace"
+    else:
+        workspace = paths.workspace
+        named = "KLAW_WORKSPACE" if os.environ.get("KLAW_WORKSPACE") else "the default workspace"
+    why = unsafe_workspace(workspace, paths)
+    if why is not None:
+        raise BackupError(f"{named}: {why}; {WORKSPACE_HINT}; nothing was changed")
+    return workspace
 
 
 def write_error(target: Path, exc: OSError) -> BackupError:

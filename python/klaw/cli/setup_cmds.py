@@ -18,7 +18,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from klaw.paths import KlawPaths
+from klaw.paths import KlawPaths, unsafe_workspace
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
@@ -111,11 +111,15 @@ def _workspace_guidance(chosen: Path, paths: KlawPaths, engine_created: bool) ->
 def init(workspace: Path | None, model: bool = True) -> int:
     """Create config, data, state and cache directories, config files and the workspace,
     then install the embedding model engine.yaml names unless it is there (`model`)."""
-    from klaw.config import default_gateway_yaml
+    from klaw.config import WORKSPACE_HINT, default_gateway_yaml
 
     paths = KlawPaths.from_env()
     current = _current_workspace(paths)
     chosen = workspace.expanduser().resolve() if workspace else current
+    if why := unsafe_workspace(chosen, paths):  # init would write its files there
+        print(f"FAIL  {'--workspace' if workspace else 'workspace'}: {why}")
+        print(f"      fix: {WORKSPACE_HINT}")
+        return 1
     # Record --workspace in a new engine.yaml only when the default would not find it.
     record = workspace is not None and chosen != paths.workspace
     report = _InitReport()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from klaw.config.engine import (
     DEFAULT_EMBEDDING_MODEL,
+    WORKSPACE_HINT,
     ChunkingConfig,
     CodeExecutionConfig,
     CommandSpec,
@@ -63,6 +64,7 @@ __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
     "MAX_CONFIG_BYTES",
     "SECRET_KEYS",
+    "WORKSPACE_HINT",
     "ChannelsConfig",
     "ChunkingConfig",
     "CodeExecutionConfig",

@@ -12,11 +12,13 @@ from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
 from klaw.config.base import MemoryMax, NonNegativeInt, PositiveInt, Section, empty_to_none
 from klaw.config.loader import Loc, is_secret_key, parse_size, substitute_env, template, validate
+from klaw.errors import ConfigError
 from klaw.mounts import parse_mount
-from klaw.paths import KlawPaths
+from klaw.paths import KlawPaths, expand_home, unsafe_workspace
 
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
+    "WORKSPACE_HINT",
     "ChunkingConfig",
     "CodeExecutionConfig",
     "CommandSpec",
@@ -394,12 +396,15 @@ class EngineConfig(Section):
 
     @field_validator("workspace")
     @classmethod
-    def _absolute_workspace(cls, value: Path | None) -> Path | None:
+    def _absolute_workspace(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is None:
             return None
-        value = value.expanduser()
+        env = info.context.get("env") if isinstance(info.context, dict) else None
+        value = expand_home(value, os.environ if env is None else env)
         if not value.is_absolute():
             raise ValueError(f"must be an absolute path (or start with ~), got {str(value)!r}")
+        if env is not None and (why := unsafe_workspace(value, KlawPaths.from_env(env), env)):
+            raise ValueError(f"{why}; {WORKSPACE_HINT}")
         return value
 
     @field_validator("models")
@@ -409,6 +414,13 @@ class EngineConfig(Section):
         if bad:
             raise ValueError(f"model ids must look like provider/model-id, got {bad}")
         return value
+
+
+#: What to do about a workspace `unsafe_workspace` refuses.
+WORKSPACE_HINT = (
+    "the agent's file tools read and write all of the workspace: give it a folder of its "
+    "own (e.g. ~/klaw-workspace)"
+)
 
 
 def resolve_workspace(cfg: EngineConfig, env: Mapping[str, str] | None = None) -> Path:
@@ -436,7 +448,7 @@ def workspace_key(data: Any, env: Mapping[str, str]) -> Path | None:
     None when it names none."""
     raw = data.get("workspace") if isinstance(data, dict) else None
     if isinstance(raw, str) and raw:
-        return Path(substitute_env(raw, env)).expanduser()
+        return expand_home(substitute_env(raw, env), env)
     return None
 
 
@@ -454,6 +466,11 @@ def load_engine_config(
     env = os.environ if env is None else env
     path = KlawPaths.from_env(env).engine_config if path is None else path
     cfg = validate(EngineConfig, path, env, default_engine_yaml, _engine_optional, _with_workspace)
+    if cfg.workspace is None:  # the file's key was checked with the rest
+        paths = KlawPaths.from_env(env)
+        if why := unsafe_workspace(paths.workspace, paths, env):
+            named = "KLAW_WORKSPACE" if env.get("KLAW_WORKSPACE") else "the default workspace"
+            raise ConfigError(str(path), [f"{named}: {why}; {WORKSPACE_HINT}"])
     # Defaults never went through the YAML pass: expand the default mounts too.
     mounts_env = _with_workspace(env, {"workspace": str(cfg.workspace or "")})
     mounts = cfg.code_execution.volume_mounts

@@ -355,7 +355,8 @@ def validate(
             f"{fragment!r}: write ${{NAME}} or ${{NAME:-default}} (or $${{ for a literal ${{)"
         )
     try:
-        cfg = model.model_validate(doc.data)
+        # Validators that depend on the environment (the workspace) read it from here.
+        cfg = model.model_validate(doc.data, context={"env": env})
     except ValidationError as exc:
         raise ConfigError(str(path), doc.problems + _problems(path, model, exc, doc)) from None
     for loc, names in doc.unset.items():
