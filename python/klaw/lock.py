@@ -2,6 +2,9 @@
 
 The engine holds it for its whole life; `klaw reindex` takes it too, so a
 rebuild never runs under a live engine and two engines never share klaw.db.
+The engine's lock also covers the data dir itself (`EngineLock.of`): a second
+engine started with only `XDG_STATE_HOME` changed would otherwise share klaw.db
+and scheduler.db with the first.
 The kernel drops the lock when the process dies, so a crash leaves nothing stale.
 """
 
@@ -76,7 +79,20 @@ class ProcessLock:
 
 
 class EngineLock(ProcessLock):
-    """The engine's lock on klaw.db: `klaw reindex` and the CLI memory commands take it too."""
+    """The engine's lock on klaw.db: `klaw reindex` and the CLI memory commands take it too.
+
+    With `data_dir` (`EngineLock.of(paths)`) it also holds a `flock` on the data dir
+    itself (a directory: no file to back up or leave behind), so the lock holds
+    whichever of the state dir and the data dir a second process shares."""
+
+    def __init__(self, path: Path, data_dir: Path | None = None) -> None:
+        super().__init__(path)
+        self.data_dir = data_dir
+        self._data_fd: int | None = None
+
+    @classmethod
+    def of(cls, paths: KlawPaths) -> EngineLock:
+        return cls(paths.engine_lock, paths.data_dir)
 
     def busy(self, holder: str, what: str) -> KlawError:
         return StoreLocked(
@@ -85,13 +101,49 @@ class EngineLock(ProcessLock):
         )
 
     def acquire(self, what: str = "the engine") -> Self:
-        return super().acquire(what)
+        super().acquire(what)
+        if self.data_dir is not None:
+            try:
+                self._data_fd = _lock_dir(self.data_dir)
+            except BaseException:
+                super().release()
+                raise
+            if self._data_fd is None:
+                super().release()
+                raise StoreLocked(
+                    f"{self.data_dir} (klaw.db, scheduler.db) is in use by an engine started "
+                    "with another state dir (XDG_STATE_HOME or KLAW_STATE_DIR); stop it first "
+                    f"(`systemctl --user stop klaw-engine`) before running {what}"
+                )
+        return self
+
+    def release(self) -> None:
+        if self._data_fd is not None:
+            os.close(self._data_fd)  # closing drops the flock
+            self._data_fd = None
+        super().release()
+
+
+def _lock_dir(path: Path) -> int | None:
+    """A descriptor holding an exclusive `flock` on directory `path` (made if missing),
+    None when another process holds it; `NotWritable` when it cannot be made or opened."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NotWritable(os_error_line(exc, exc.filename or path)) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @contextlib.contextmanager
 def daemons_stopped(paths: KlawPaths, what: str, why: str) -> Iterator[None]:
     """Holds both daemons' locks, so `what` (`klaw restore`, `klaw import`) runs while
     neither runs; the gateway's refusal says `why` it must be stopped."""
-    with EngineLock(paths.engine_lock).acquire(what):
+    with EngineLock.of(paths).acquire(what):
         with ProcessLock(paths.gateway_lock).acquire(f"{what} ({why})"):
             yield

@@ -66,7 +66,7 @@ def engine_running(paths: KlawPaths) -> bool:
     from klaw.lock import EngineLock
 
     try:
-        EngineLock(paths.engine_lock).acquire("a check").release()
+        EngineLock.of(paths).acquire("a check").release()
     except StoreLocked:
         return True
     return False

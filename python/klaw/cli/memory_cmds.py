@@ -23,7 +23,7 @@ def _open() -> Memory:
     from klaw.memory import Memory
     from klaw.paths import KlawPaths
 
-    lock = EngineLock(KlawPaths.from_env().engine_lock).acquire("this command")
+    lock = EngineLock.of(KlawPaths.from_env()).acquire("this command")
     try:
         mem = Memory.open()
     except BaseException:

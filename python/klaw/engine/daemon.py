@@ -46,13 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("klaw.engine")
 
 
-def _holder(paths: KlawPaths) -> str:
-    try:
-        return paths.engine_lock.read_text().strip() or "another process"
-    except OSError:
-        return "another process"
-
-
 async def run(
     paths: KlawPaths,
     memory_factory: Callable[[], Memory] | None = None,
@@ -76,16 +69,11 @@ async def run(
     `Pipeline` over a `Router` of that config. `started` sees the server once it is
     listening (tests use it to reach `deliver`).
     """
-    lock = EngineLock(paths.engine_lock)
+    lock = EngineLock.of(paths)  # the state dir and the data dir
     try:
         lock.acquire("a second engine")
-    except StoreLocked:
-        log.error(
-            "another engine is already running (%s, lock %s): stop it first "
-            "(`systemctl --user stop klaw-engine`) or use that one",
-            _holder(paths),
-            paths.engine_lock,
-        )
+    except StoreLocked as exc:
+        log.error("another engine is already running: %s", exc)
         return 1
     except KlawError as exc:  # a read-only or foreign state dir
         log.error("the engine could not start: %s", exc)

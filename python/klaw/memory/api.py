@@ -569,7 +569,7 @@ def rebuild(
     `conversations` also re-indexes every chat's rounds (recall memory search); a model
     change at engine start leaves them to the engine's background indexer instead, so
     the engine answers while a long history is re-embedded."""
-    held = EngineLock(paths.engine_lock).acquire("klaw reindex") if lock else None
+    held = EngineLock.of(paths).acquire("klaw reindex") if lock else None
     try:
         t0 = time.perf_counter()
         backend = backend or load_backend(config, paths)
