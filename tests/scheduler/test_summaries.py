@@ -15,7 +15,8 @@ from sched_support import T, engine_running, engine_yaml, history, klaw, until
 
 from klaw.config import load_engine_config
 from klaw.memory import Memory
-from klaw.memory.summaries import last_summary, latest_summary
+from klaw.memory.rows import StoredMessage
+from klaw.memory.summaries import newest_summary, segment_summary
 from klaw.paths import KlawPaths
 from klaw.scheduler.summaries import SYSTEM
 from klaw.wire.protocol import Inbound, Outbound, new_id
@@ -52,11 +53,11 @@ async def test_every_n_messages_a_summary_is_written_indexed_used_and_reindexed(
     folder = klaw_home.summaries / CHAT
     async with engine_running(klaw_home, backend) as server:
         await say(server, "How many planks for the shed?")
-        assert last_summary(folder) is None  # 2 messages: not yet
+        assert newest_summary(folder) is None  # 2 messages: not yet
         await say(server, "When does the larch timber arrive?")
-        await until(lambda: last_summary(folder) is not None)
+        await until(lambda: newest_summary(folder) is not None)
         await until(lambda: len(llm.requests) == 3)
-        covered = last_summary(folder)
+        covered = newest_summary(folder)
         assert covered is not None
         assert covered.path.name.endswith("_msg_001_004.md")
         assert covered.to_ordinal == 4
@@ -107,10 +108,10 @@ async def test_the_next_summary_continues_the_numbering_and_folds_in_the_last(
     folder = klaw_home.summaries / CHAT
     async with engine_running(klaw_home, backend) as server:
         await say(server, "Jana's birthday is 3 May")
-        await until(lambda: last_summary(folder) is not None)
+        await until(lambda: newest_summary(folder) is not None)
         await until(lambda: len(llm.requests) == 2)
         await say(server, "I ordered the cake")
-        await until(lambda: (c := last_summary(folder)) is not None and c.to_ordinal == 4)
+        await until(lambda: (c := newest_summary(folder)) is not None and c.to_ordinal == 4)
     names = sorted(p.name for p in folder.iterdir())
     assert [n[11:] for n in names] == ["msg_001_002.md", "msg_003_004.md"]
     second = llm.requests[3]
@@ -145,13 +146,13 @@ def test_the_newest_summary_is_the_highest_ordinal_and_its_messages_tell_its_seg
     # time is older than the other's and than the segment, and that must not matter.
     past = (datetime.now(UTC) - timedelta(days=400)).timestamp()
     os.utime(newest, (past, past))
-    covered = last_summary(folder)
+    covered = newest_summary(folder)
     assert covered is not None and covered.path == newest and covered.to_ordinal == 4
     since = (t0 + 2 * s).strftime("%Y-%m-%dT%H:%M:%SZ")  # the segment began with message 3
-    assert latest_summary(tmp_path, CHAT, since) == newest.read_text().strip()
-    assert latest_summary(tmp_path, CHAT, None) == newest.read_text().strip()
+    assert segment_summary(tmp_path, CHAT, since) == newest.read_text().strip()
+    assert segment_summary(tmp_path, CHAT, None) == newest.read_text().strip()
     after_new = (t0 + 4 * s).strftime("%Y-%m-%dT%H:%M:%SZ")  # /new after message 4
-    assert latest_summary(tmp_path, CHAT, after_new) is None
+    assert segment_summary(tmp_path, CHAT, after_new) is None
 
 
 async def test_a_summary_with_an_old_file_time_is_still_used_and_folded_in(
@@ -166,18 +167,65 @@ async def test_a_summary_with_an_old_file_time_is_still_used_and_folded_in(
     folder = klaw_home.summaries / CHAT
     async with engine_running(klaw_home, backend) as server:
         await say(server, "The boat is at pier 7")
-        await until(lambda: len(llm.requests) == 2 and last_summary(folder) is not None)
-        first = last_summary(folder)
+        await until(lambda: len(llm.requests) == 2 and newest_summary(folder) is not None)
+        first = newest_summary(folder)
         assert first is not None
         # As after a restore, or a clock set late: the file looks older than the chat.
         past = (datetime.now(UTC) - timedelta(days=400)).timestamp()
         os.utime(first.path, (past, past))
         await say(server, "I ordered a new sail")
-        await until(lambda: (c := last_summary(folder)) is not None and c.to_ordinal == 4)
+        await until(lambda: (c := newest_summary(folder)) is not None and c.to_ordinal == 4)
     assert "First summary: the boat" in llm.requests[2]["messages"][0]["content"]  # used
     second = llm.requests[3]
     assert is_summary_request(second)
     assert "First summary: the boat" in second["messages"][1]["content"]  # folded in
+
+
+async def test_a_backlog_of_hundreds_is_summarized_oldest_first_and_none_is_lost(
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any
+) -> None:
+    engine_yaml(klaw_home.engine_config, llm.url, summarization={"everyMessages": 50})
+    (klaw_home.conversations / CHAT).mkdir(parents=True)
+    # 450 messages waiting (summaries were off, or no model answered for a while).
+    start = datetime.now(UTC) - timedelta(days=1)
+    said = [
+        StoredMessage(
+            id=f"old{i:03d}",
+            channel="telegram",
+            chat_id=CHAT,
+            role="user" if i % 2 == 0 else "assistant",
+            content=f"note number {i}",
+            created_at=(start + timedelta(seconds=i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+        for i in range(450)
+    ]
+    config = load_engine_config(klaw_home.engine_config)
+    with Memory.open(paths=klaw_home, config=config, backend=backend) as mem:
+        mem.store.insert_messages(said)
+        mem.store.upsert_session(CHAT, "fake/m", said[0].created_at, said[0].created_at)
+        # Already in the conversation index (klaw.memory.conversations' watermark):
+        # embedding 450 messages is not what this test is about.
+        head = dict(mem.store.chat_heads())[CHAT]
+        mem.store.meta_set(f"conversation_rowid:{CHAT}", str(head))
+    llm.answer("Noted.")
+    for part in ("first", "second", "third"):
+        llm.answer(f"- The {part} part of the notes.")
+    folder = klaw_home.summaries / CHAT
+    async with engine_running(klaw_home, backend) as server:
+        await say(server, "One more note")  # 452 waiting: 200, 200 and 52 (over 50)
+        await until(lambda: (c := newest_summary(folder)) is not None and c.to_ordinal == 452)
+    names = sorted(p.name[11:] for p in folder.iterdir())
+    assert names == ["msg_001_200.md", "msg_201_400.md", "msg_401_452.md"]
+    asked = [r["messages"][1]["content"] for r in llm.requests if is_summary_request(r)]
+    assert len(asked) == 3
+    summarized = [
+        line.split("] ", 1)[1]
+        for text in asked
+        for line in text.split("The conversation to summarize:\n")[1].splitlines()
+    ]
+    notes = [f"{r.role}: {r.content}" for r in said]
+    assert summarized == [*notes, "user: One more note", "assistant: Noted."]  # each once
+    assert "The first part" in asked[1] and "The second part" in asked[2]  # folded in
 
 
 async def test_the_nightly_job_summarizes_chats_left_over_and_skips_quiet_ones(
@@ -192,7 +240,7 @@ async def test_the_nightly_job_summarizes_chats_left_over_and_skips_quiet_ones(
     async with engine_running(klaw_home, backend) as server:
         for i in range(3):
             await say(server, f"Boiler question {i}")  # 6 messages: below 50, at the minimum
-        assert last_summary(klaw_home.summaries / CHAT) is None
+        assert newest_summary(klaw_home.summaries / CHAT) is None
         rc, out, err = await klaw("schedule", "list", "--json")
         assert rc == 0, err
         (job,) = [j for j in json.loads(out)["jobs"] if j["name"] == "summaries"]
@@ -207,6 +255,6 @@ async def test_the_nightly_job_summarizes_chats_left_over_and_skips_quiet_ones(
         await asyncio.wait_for(done(), T)
         rc, _, err = await klaw("schedule", "add", "summaries", "0 8 * * *", "x")
         assert rc == 1 and "kept for background summaries" in err
-    assert last_summary(klaw_home.summaries / CHAT) is not None
-    assert last_summary(klaw_home.summaries / "telegram_200") is None  # nothing said there
+    assert newest_summary(klaw_home.summaries / CHAT) is not None
+    assert newest_summary(klaw_home.summaries / "telegram_200") is None  # nothing said there
     assert sum(is_summary_request(r) for r in llm.requests) == 1

@@ -60,7 +60,7 @@ from klaw.lanes import INTERACTIVE, SUBAGENT, SUBAGENT_CHAT_PREFIX, PrioritySlot
 from klaw.llm.errors import AllProvidersFailed
 from klaw.llm.types import LlmRequest, LlmResponse, Message, Usage
 from klaw.memory.rows import with_content
-from klaw.memory.summaries import latest_summary
+from klaw.memory.summaries import segment_summary
 from klaw.retry import Backoff
 from klaw.tools.onboarding import onboarding_pending
 from klaw.wire.loglines import command_text, inbound_line, line_row, outbound_line
@@ -698,7 +698,7 @@ class Pipeline:
             if self._core_problem != str(exc):
                 log.error("answering without core memory: %s (%s)", exc, self.paths.core_memory)
             self._core_problem, core_text = str(exc), ""
-        summary = latest_summary(self.paths.summaries, chat_id, since or None)
+        summary = segment_summary(self.paths.summaries, chat_id, since or None)
         return model, limits, rows, core_text, self._skills(), summary
 
     def usable_model(self, stored: str) -> str:
