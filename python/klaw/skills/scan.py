@@ -69,9 +69,22 @@ def _r(pattern: str) -> re.Pattern[str]:
 
 _FETCH = r"(?:curl|wget|iwr|irm|invoke-webrequest|invoke-restmethod)\b"
 _SHELL = (
-    r"(?:sudo(?:\s+-\S+)*\s+)?(?:/\S*/)?(?:(?:ba|z|k|da)?sh|python[0-9.]*|perl|ruby|node"
-    r"|iex|invoke-expression)\b"
+    r"(?:sudo(?:\s+-\S+)*\s+)?(?:(?:busybox|toybox|env|exec|nohup)\s+)?(?:/\S*/)?"
+    r"(?:(?:ba|z|k|da|a)?sh|python[0-9.]*|perl|ruby|node|iex|invoke-expression)\b"
 )
+# Code that reads a download: Python's urllib/requests/httpx, JavaScript's fetch.
+_GET = r"urlopen|urllib\.request|urllib2|requests\.get|httpx\.get|\bfetch\s*\(|https?\.get\("
+_DECODE = (
+    r"b64decode|base64|atob\s*\(|frombase64string|decodestring|bytes\.fromhex|unhexlify"
+    r"|codecs\.decode|zlib\.decompress|marshal\.loads|Buffer\.from"
+)
+# What may stand between `exec(` and the call it runs: `compile(`, `await (`, a module.
+_CALLS = r"\s*(?:(?:await\s+)?\(?\s*[\w.]+\s*\(\s*){0,3}(?:await\s+)?[\w.]*?"
+_B64D = r"base64\s+(?:-[a-z]*d[a-z]*|--decode|-D)\b"
+# Who a hidden instruction hides from: the user or owner, in Russian and in Chinese.
+_RU_USER = r"(?:пользовател|владельц|владелец|хозяин|юзер)\w*"
+_ZH_USER = r"(?:用[户戶]|使用者|主人)"
+_ZH_DONT = r"(?:不要|别|別|不得|切勿|勿|不可|不能|千万别|千萬別)"
 _CRED_FILES = (
     r"\.ssh\b|id_rsa|id_ed25519|\.aws/credentials|\.netrc\b|\.gnupg|\.docker/config\.json"
     r"|\.config/gh/hosts|\.kube/config|/etc/shadow|\.git-credentials|\.npmrc|\.pypirc"
@@ -89,6 +102,8 @@ RULES: Final[tuple[Rule, ...]] = (
             rf"{_FETCH}[^\n|]{{0,400}}\|\s*{_SHELL}|{_SHELL}\s*<\(\s*{_FETCH}"
             rf"|(?:ba|z)?sh\s+-c\s+[\"']?\$\(\s*{_FETCH}"
             rf"|(?:iex|invoke-expression)\s*\(?\s*(?:\(\s*)?{_FETCH}"
+            rf"|(?:source|\.)\s+<\(\s*{_FETCH}"
+            rf"|\b(?:exec|eval)\s*\({_CALLS}(?:{_GET})"
         ),
     ),
     Rule(
@@ -96,10 +111,14 @@ RULES: Final[tuple[Rule, ...]] = (
         "critical",
         "decodes a hidden payload and runs it",
         _r(
-            rf"base64\s+(?:-d|--decode)[^\n|]{{0,200}}\|\s*{_SHELL}"
+            rf"{_B64D}[^\n|]{{0,200}}\|\s*{_SHELL}"
             r"|(?:eval|exec)\s*\(\s*(?:base64|atob|bytes\.fromhex|codecs\.decode|zlib\.decompress"
             r"|__import__\(\s*['\"](?:base64|zlib|codecs)|b64decode|Buffer\.from)"
             r"|frombase64string"
+            rf"|\b(?:eval|exec)\s*\({_CALLS}(?:{_DECODE})"
+            rf"|(?:b64decode|atob)\s*\([^\n]{{0,200}}\b(?:eval|exec)\s*\("
+            rf"|\beval\s+[\"']?(?:\$\(|`)[^\n]{{0,200}}?{_B64D}"
+            r"|\bFunction\s*\(\s*atob\s*\("
         ),
     ),
     Rule(
@@ -137,6 +156,14 @@ RULES: Final[tuple[Rule, ...]] = (
         _r(
             r"discord(?:app)?\.com/api/webhooks|hooks\.slack\.com|pastebin\.com|requestbin"
             r"|webhook\.site|ngrok\.io|transfer\.sh|\bnc\s+-[a-z]*e\b|/dev/tcp/"
+            # Reverse shells: a socket made the shell's stdin/stdout, or a shell on a
+            # pipe to netcat, socat or a script language's socket.
+            r"|os\.dup2\(\s*[\w.]+\.fileno\(\)|pty\.spawn\(\s*[\"'](?:/bin/)?(?:ba|z|da)?sh"
+            r"|[\"'](?:/bin/)?(?:ba|z|da)?sh[\"']\s*,\s*[\"']-i[\"']"
+            r"|\bsh\s+-i\b[^\n]{0,60}\|\s*(?:nc|ncat|netcat|openssl)\b"
+            r"|\b(?:nc|ncat|netcat)\b[^\n|;]{0,100}\s-[a-z]*[ec]\s+(?:/bin/)?(?:ba|z|da)?sh\b"
+            r"|\bsocat\b[^\n]{0,200}\bexec:|use\s+Socket\b[^\n]{0,300}\bexec\b"
+            r"|TCPSocket\.(?:new|open)\b[^\n]{0,300}(?:/bin/(?:ba)?sh|\bexec\b|\bspawn\b)"
         ),
     ),
     Rule(
@@ -151,8 +178,21 @@ RULES: Final[tuple[Rule, ...]] = (
             r"|(?:do\s+not|don't|never)\s+(?:tell|inform|let)\s+the\s+(?:user|owner)\s+"
             r"(?:about|that|know)|without\s+(?:telling|informing)\s+the\s+(?:user|owner)"
             r"|you\s+are\s+no\s+longer\s+bound|override\s+(?:the\s+|your\s+)?system\s+prompt"
+            r"|(?:do\s+not|don't|never)\s+(?:mention|reveal|disclose)\s+(?:this|it|that|these)\s+"
+            r"(?:\w+\s+){0,3}?to\s+the\s+(?:user|owner)"
+            r"|(?:hide|conceal)\s+(?:this|it|that)\s+(?:\w+\s+){0,2}?from\s+the\s+(?:user|owner)"
             r"|игнорируй\s+(?:все\s+)?(?:предыдущие|прежние)\s+(?:инструкции|правила)"
+            # "Не говори пользователю об этом", "скрой от пользователя", "без ведома..."
+            r"|не\s+(?:говор|сообщ|рассказ|расскаж|скаж|упомин|признава)\w*\s+"
+            rf"(?:[^\s.!?]+\s+){{0,3}}?{_RU_USER}"
+            rf"|скр(?:ой|ыва|ыть|ойте)\w*\s+(?:[^\s.!?]+\s+){{0,3}}?от\s+{_RU_USER}"
+            rf"|без\s+ведома\s+{_RU_USER}"
+            rf"|{_RU_USER}\s+не\s+(?:должен|должна|должны|нужно)\s+(?:знать|узнать|видеть|замечать)"
             r"|忽略(?:之前|以上|先前|所有)(?:的)?(?:所有)?(?:指令|指示|规则)"
+            # "不要告诉用户", "别让用户知道", "不要向用户透露", "对用户保密", "瞒着用户"
+            rf"|{_ZH_DONT}\s*(?:告[诉訴]|告知|通知|[让讓]|透露[给給])\s*{_ZH_USER}"
+            rf"|{_ZH_DONT}\s*(?:向|对|對|跟|和)\s*{_ZH_USER}\s*(?:透露|提及|提起|提到|说|說|讲|講|显示|顯示)"
+            rf"|(?:对|對|向)\s*{_ZH_USER}\s*(?:隐瞒|隱瞞|保密)|瞒着\s*{_ZH_USER}|瞞著\s*{_ZH_USER}"
         ),
     ),
     Rule(
