@@ -66,21 +66,62 @@ async def test_up_chats_and_ctrl_c_stops_everything(home: KlawPaths, llm: FakeLL
         assert len(started) == 2
         term.type("hi there\r")
         await term.expect("Hello from the engine.", timeout=60)
-        # Ctrl-C (sent as the signal: the pty is not this session's controlling tty).
-        # Readline may miss one that lands mid-redraw; a user presses again, as here.
+        # Ctrl-C, sent as the signal (the pty is not this session's controlling tty).
+        # readline drops one that lands while it draws the prompt, and a user presses
+        # again; a second press is sent only once the first has clearly been lost (a
+        # taken one shows "stopping" at once), so it never lands in the stop (that one
+        # would make the exit code 130, the next test).
         assert term.proc is not None
-        deadline = time.monotonic() + 30
-        while term.proc.returncode is None and time.monotonic() < deadline:
+        for _ in range(5):
             term.proc.send_signal(signal.SIGINT)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(term.proc.wait(), 0.5)
-        assert await term.exit_code() == 0
+            with contextlib.suppress(AssertionError):
+                await term.expect("stopping the gateway", timeout=20)
+                break
+        else:
+            raise AssertionError(f"Ctrl-C did not stop klaw up:\n{term.text}")
+        await term.expect("stopping the engine")
         await term.expect("stopped")
+        assert await term.exit_code() == 0
     finally:
         await term.close()
     assert not (klaw_processes(home) & started)
     assert not home.socket.exists() and not home.console_socket.exists()
     assert [m["content"] for m in llm.requests[0]["messages"][1:]] == ["hi there"]
+
+
+async def test_a_second_ctrl_c_while_stopping_finishes_the_stop_then_exits_130(
+    home: KlawPaths, llm: FakeLLM
+) -> None:
+    """What users do when stopping takes a while. The engine is in the middle of a reply
+    (the model holds it), so its stop waits; a second Ctrl-C then is noted, not obeyed
+    half-way: both daemons are stopped, and only then does `klaw up` exit, with 130."""
+    home.config_dir.mkdir(parents=True, exist_ok=True)
+    write_engine_yaml(home.engine_config, llm.url, debounceMs=0)
+    llm.answer("Finished after all.")
+    llm.hold = asyncio.Event()
+    term = UpTerminal()
+    started: set[int] = set()
+    try:
+        await term.start()
+        await term.expect("/quit", timeout=120)
+        started = klaw_processes(home)
+        assert len(started) == 2 and term.proc is not None
+        term.type("hi there\r")
+        await asyncio.wait_for(llm.arrived.wait(), 60)  # the engine waits for the model
+        term.proc.send_signal(signal.SIGINT)
+        await term.expect("stopping the engine")  # the gateway has stopped
+        term.proc.send_signal(signal.SIGINT)  # the second Ctrl-C, while the engine stops
+        await term.expect("still stopping: klaw up exits once both daemons have stopped")
+        assert klaw_processes(home) & started  # not abandoned: the engine is finishing
+        llm.hold.set()
+        await term.expect("stopped")
+        assert await term.exit_code() == 130
+        assert not klaw_processes(home) & started
+    finally:
+        llm.hold.set()
+        for pid in klaw_processes(home) & started:
+            os.kill(pid, signal.SIGKILL)
+        await term.close()
 
 
 async def test_closing_the_terminal_stops_the_daemons(home: KlawPaths, llm: FakeLLM) -> None:

@@ -4,6 +4,11 @@ What `make run` starts. The daemons log to `$XDG_STATE_HOME/klaw/logs/{engine,
 gateway}.log`; a daemon that is already running (e.g. under systemd) is used as it
 is. Leaving the chat (Ctrl-D, /quit) or Ctrl-C stops the daemons this command
 started: SIGTERM, then SIGKILL after a grace period.
+
+Stopping is not interrupted: Ctrl-C (or SIGTERM, SIGHUP) while the daemons stop is
+noted, the stop goes on to its end (the engine may be finishing a reply), and the
+command then exits with `INTERRUPTED` (130, as for a shell command ended by Ctrl-C)
+instead of the chat's status. Nothing is left running either way.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from klaw.paths import KlawPaths
 
 START_TIMEOUT_S = 120.0  # the first start may build the model cache
 STOP_TIMEOUT_S = 70.0  # the engine waits up to 60 s for in-flight replies
+INTERRUPTED = 130  # the exit status after a Ctrl-C while stopping
 
 
 def _err(msg: str) -> int:
@@ -86,27 +92,63 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP for `klaw up`: KeyboardInterrupt (it unwinds to the
+    stop) until stopping began; from then on only counted, since one raised inside the
+    stop would leave daemons behind. `stopping` is set by the first statement of each
+    way out (no signal is handled before an assignment)."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.during_stop = 0  # signals that came while stopping
+        self._told = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.stopping:
+            self.during_stop += 1
+            return
+        # Not marked here: readline swallows an exception raised while it draws the
+        # prompt, and the next Ctrl-C must still leave the chat.
+        raise KeyboardInterrupt
+
+    def tell(self) -> None:
+        """Says once that a signal during the stop does not cut it short."""
+        if self.during_stop and not self._told:
+            self._told = True
+            print("still stopping: klaw up exits once both daemons have stopped", file=sys.stderr)
+
+
+def _stop(procs: list[tuple[str, subprocess.Popen[bytes]]], signals: _Signals) -> None:
     # Gateway first: it stops polling and keeps its buffer; then the engine.
     for name, proc in procs:
         if proc.poll() is None:
             print(f"stopping the {name}", file=sys.stderr)
             proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _leave(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # unwinds through `finally`: the daemons are stopped
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while proc.poll() is None:
+                signals.tell()
+                if time.monotonic() >= deadline:
+                    proc.kill()
+                    proc.wait()
+                    break
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(0.2)
+    signals.tell()
 
 
 def up() -> int:
     # A closed terminal (SIGHUP) or a plain kill (SIGTERM) must stop the daemons too.
-    signal.signal(signal.SIGHUP, _leave)
-    signal.signal(signal.SIGTERM, _leave)
+    signals = _Signals()
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signals)
+    try:
+        code = _up(signals)
+    except KeyboardInterrupt:  # before anything was started
+        code = 0
+    return INTERRUPTED if signals.during_stop else code
+
+
+def _up(signals: _Signals) -> int:
     paths = KlawPaths.from_env()
     if not paths.engine_config.exists():
         from klaw.cli.setup_cmds import init
@@ -126,31 +168,35 @@ def up() -> int:
         return _err(str(exc))
     started: list[tuple[str, subprocess.Popen[bytes]]] = []
     try:
-        if _alive(paths.socket):
-            print("using the running engine", file=sys.stderr)
-        else:
-            engine = _spawn("engine", paths)
-            started.insert(0, ("engine", engine))
-            if not _wait_for(paths.socket, engine, "engine", paths):
-                return 1
-        if _alive(paths.console_socket):
-            print("using the running gateway", file=sys.stderr)
-        else:
-            gw = _spawn("gateway", paths)
-            started.insert(0, ("gateway", gw))
-            if not _wait_for(paths.console_socket, gw, "gateway", paths):
-                return 1
-        from klaw.cli.chat_cmds import chat
-
-        return chat()
+        code = _start_and_chat(paths, started)
+        signals.stopping = True  # a signal just before this is caught below
     except KeyboardInterrupt:
-        return 0
+        signals.stopping = True
+        code = 0
     finally:
-        # Ctrl-C while stopping must not leave orphans behind.
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            _stop(started)
-        finally:
-            signal.signal(signal.SIGINT, old)
+        signals.stopping = True  # the stop is not interrupted: signals are counted
+        _stop(started, signals)
         if started:
             print("stopped", file=sys.stderr)
+    return code
+
+
+def _start_and_chat(paths: KlawPaths, started: list[tuple[str, subprocess.Popen[bytes]]]) -> int:
+    """Starts what is not running (added to `started`, first to stop first) and chats."""
+    if _alive(paths.socket):
+        print("using the running engine", file=sys.stderr)
+    else:
+        engine = _spawn("engine", paths)
+        started.insert(0, ("engine", engine))
+        if not _wait_for(paths.socket, engine, "engine", paths):
+            return 1
+    if _alive(paths.console_socket):
+        print("using the running gateway", file=sys.stderr)
+    else:
+        gw = _spawn("gateway", paths)
+        started.insert(0, ("gateway", gw))
+        if not _wait_for(paths.console_socket, gw, "gateway", paths):
+            return 1
+    from klaw.cli.chat_cmds import chat
+
+    return chat()
