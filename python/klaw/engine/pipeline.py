@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from klaw.llm.router import Router
     from klaw.memory.api import Memory
     from klaw.paths import KlawPaths
+    from klaw.scheduler.ports import BackgroundRequest
     from klaw.tools.base import ToolRegistry
 
 __all__ = ["TOOL_LIMIT_MESSAGE", "Pipeline"]
@@ -546,7 +547,7 @@ class Pipeline:
                 on_delta=stream.delta if stream else None,
                 on_reset=stream.reset if stream else None,
             )
-        return await self.complete_background(request, model)
+        return await self._background_call(request, model)
 
     def _draft_stream(self, batch: _Batch) -> DraftStream | None:
         """Drafts for an interactive turn whose channel shows replies while written."""
@@ -559,7 +560,16 @@ class Pipeline:
             self.drafts, channel=last.channel, chat_id=last.chat_id, reply_to=last.id
         )
 
-    async def complete_background(self, request: LlmRequest, model: str) -> LlmResponse:
+    async def complete_background(self, request: BackgroundRequest, model: str) -> str:
+        """A model call without tools at subagent priority (summaries; the scheduler's
+        `BackgroundTurns` port): the answer's text. Raises `AllProvidersFailed`."""
+        messages = [
+            Message(role="system", content=request.instructions),
+            Message(role="user", content=request.text),
+        ]
+        return (await self._background_call(LlmRequest(messages=messages), model)).content or ""
+
+    async def _background_call(self, request: LlmRequest, model: str) -> LlmResponse:
         """One model call at subagent priority, holding a slot for that call only
         (subagent turns, summaries)."""
         await self._slots.acquire(SUBAGENT)

@@ -1,12 +1,13 @@
 """One run of a scheduled job, inside the engine: ledger → cap → pre-check → subagent
 turn → silent or delivered → ledger (design §2.4, "Subagent lifecycle").
 
-The turn is the pipeline's, at `SUBAGENT` priority, in the job's own chat
-``scheduler_{name}`` (its window is the last `context.subagentWindow` rows of that
-chat, never the owner's conversation). A reply that parses as a JSON object with
-``"silent": true`` is not delivered; anything else goes to the job's `inject_into`
-through the outbox (kept until the gateway confirms). A failing job tells the owner
-once, and again only after it has worked in between.
+The turn is the engine pipeline's (through the `BackgroundTurns` port), at
+`SUBAGENT` priority, in the job's own chat ``scheduler_{name}`` (its window is the
+last `context.subagentWindow` rows of that chat, never the owner's conversation).
+A reply that parses as a JSON object with ``"silent": true`` is not delivered;
+anything else goes to the job's `inject_into` through the outbox (kept until the
+gateway confirms). A failing job tells the owner once, and again only after it has
+worked in between.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from klaw.lanes import SUBAGENT, SUBAGENT_CHAT_PREFIX
+from klaw.lanes import SUBAGENT
 from klaw.scheduler.jobs import JobSpec
 from klaw.scheduler.ledger import Ledger
 from klaw.wire.loglines import inbound_line, outbound_line, to_record
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from klaw.config import EngineConfig
-    from klaw.engine.pipeline import Pipeline
     from klaw.scheduler.outbox import Outbox
+    from klaw.scheduler.ports import BackgroundTurns
     from klaw.scheduler.summaries import Summarizer
 
 __all__ = ["JobRunner", "PrecheckResult", "is_silent", "run_precheck"]
@@ -124,7 +125,7 @@ class JobRunner:
         self,
         config: EngineConfig,
         conversations: Path,
-        pipeline: Pipeline,
+        turns: BackgroundTurns,
         ledger: Ledger,
         outbox: Outbox,
         *,
@@ -134,7 +135,7 @@ class JobRunner:
     ) -> None:
         self.config = config
         self.conversations = conversations
-        self.pipeline = pipeline
+        self.turns = turns
         self.ledger = ledger
         self.outbox = outbox
         self.workspace = workspace
@@ -200,7 +201,7 @@ class JobRunner:
     # --- the turn --------------------------------------------------------
 
     async def _turn(self, spec: JobSpec, due: datetime) -> Outbound:
-        chat_id = f"{SUBAGENT_CHAT_PREFIX}{spec.name}"
+        chat_id = spec.chat  # its log folder: the name in a folder-safe form
         msg = Inbound(
             id=new_id(),
             ts=self._now(),
@@ -214,7 +215,7 @@ class JobRunner:
         async def collect(reply: Outbound | Error) -> None:
             got.append(reply)
 
-        await self.pipeline.handle(
+        await self.turns.handle(
             msg, collect, priority=SUBAGENT, model=spec.model, lean=spec.kind == "heartbeat"
         )
         answers = [r for r in got if isinstance(r, Outbound)]

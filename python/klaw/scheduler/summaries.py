@@ -19,15 +19,17 @@ import logging
 from typing import TYPE_CHECKING, Final
 from zoneinfo import ZoneInfo
 
+from klaw.errors import Cancelled, KlawError
 from klaw.lanes import SUBAGENT_CHAT_PREFIX
 from klaw.memory.summaries import Covered, backlog, write_summary
+from klaw.scheduler.ports import BackgroundRequest
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
-    from klaw.engine.pipeline import Pipeline
     from klaw.memory.api import Memory
     from klaw.memory.rows import StoredMessage
     from klaw.paths import KlawPaths
+    from klaw.scheduler.ports import BackgroundTurns
     from klaw.scheduler.service import Scheduler
 
 __all__ = ["SUMMARY_JOB", "Summarizer", "sync_summary_job"]
@@ -54,12 +56,12 @@ SYSTEM: Final = (
 
 class Summarizer:
     def __init__(
-        self, config: EngineConfig, paths: KlawPaths, memory: Memory, pipeline: Pipeline
+        self, config: EngineConfig, paths: KlawPaths, memory: Memory, turns: BackgroundTurns
     ) -> None:
         self.config = config
         self.paths = paths
         self.memory = memory
-        self.pipeline = pipeline
+        self.turns = turns
         self._running: dict[str, asyncio.Task[int]] = {}
         self._closed = False
         # Turns to let pass before reading a chat's log again (see `summarize`).
@@ -125,8 +127,6 @@ class Summarizer:
             return []
 
     async def _guarded(self, chat_id: str, minimum: int) -> int:
-        from klaw.errors import Cancelled
-
         try:
             return await self.summarize(chat_id, minimum=minimum)
         except asyncio.CancelledError:
@@ -141,9 +141,6 @@ class Summarizer:
     async def summarize(self, chat_id: str, *, minimum: int) -> int:
         """Writes the chat's next summaries, oldest messages first, while at least
         `minimum` messages of its segment are not covered; returns how many."""
-        from klaw.llm.errors import AllProvidersFailed
-        from klaw.llm.types import LlmRequest, Message
-
         waiting = await asyncio.to_thread(backlog, self.memory, self.paths.summaries, chat_id)
         written = 0
         while True:
@@ -154,18 +151,12 @@ class Summarizer:
                 self._skip[chat_id] = max(0, -(-(minimum - len(rows)) // 2) - 1)
                 return written
             self._skip.pop(chat_id, None)
-            request = LlmRequest(
-                messages=[
-                    Message(role="system", content=SYSTEM),
-                    Message(role="user", content=_transcript(waiting.fold, rows)),
-                ]
-            )
+            request = BackgroundRequest(SYSTEM, _transcript(waiting.fold, rows))
             try:
-                response = await self.pipeline.complete_background(request, self._model())
-            except AllProvidersFailed as exc:
+                text = (await self.turns.complete_background(request, self._model())).strip()
+            except KlawError as exc:  # no model answered
                 log.warning("no model to summarize %s (%s): trying again later", chat_id, exc)
                 return written
-            text = (response.content or "").strip()
             if not text:
                 log.warning("the model returned an empty summary for %s", chat_id)
                 return written
@@ -189,7 +180,7 @@ class Summarizer:
             )
 
     def _model(self) -> str:
-        return self.pipeline.usable_model(self.config.routing.tasks.summarization)
+        return self.turns.usable_model(self.config.routing.tasks.summarization)
 
 
 def _transcript(previous: Covered | None, rows: list[StoredMessage]) -> str:
