@@ -167,8 +167,8 @@ def _klaw_run(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> Iterator[_Run]
     """Klaw's gateway (`klaw.gateway.daemon.run`, default timings, Telegram only) in
     `loop`, connected to the fakes and polling."""
     from klaw.config import GatewayConfig
+    from klaw.gateway.channels.telegram.channel import TelegramChannel
     from klaw.gateway.daemon import run
-    from klaw.gateway.telegram import TelegramChannel
     from klaw.paths import KlawPaths
 
     home = tmp_path / "home"

@@ -34,9 +34,9 @@ from fake_telegram import TOKEN, FakeTelegram
 
 from klaw.config import GatewayConfig, load_engine_config
 from klaw.engine.daemon import run as run_engine
+from klaw.gateway.channels.telegram.channel import TelegramChannel
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.gateway.daemon import run as run_gateway
-from klaw.gateway.telegram import TelegramChannel
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
 from scripted_llm import FakeLLM, write_engine_yaml

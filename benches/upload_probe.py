@@ -28,8 +28,8 @@ def _kb(field: str) -> int:
 
 async def klaw(api: str, token: str, chat: str, file: str) -> float:
     from klaw.config import GatewayConfig
-    from klaw.gateway.channel import OutFile
-    from klaw.gateway.telegram import TelegramChannel
+    from klaw.gateway.channels.base import OutFile
+    from klaw.gateway.channels.telegram.channel import TelegramChannel
 
     cfg = GatewayConfig.model_validate(
         {"channels": {"telegram": {"token": token, "apiServer": api}}}

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from fake_telegram import BOT_USERNAME, TOKEN, FakeTelegram
 
-from klaw.gateway.botapi import (
+from klaw.gateway.channels.telegram.botapi import (
     BotApi,
     BotApiBadRequest,
     BotApiConflict,

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from klaw.gateway.channel import ChannelSendError, Incoming
-from klaw.gateway.console import BACKLOG, ConsoleChannel, ConsoleSocketError, console_user
+from klaw.gateway.channels.base import ChannelSendError, Incoming
+from klaw.gateway.channels.console import BACKLOG, ConsoleChannel, ConsoleSocketError, console_user
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import MAX_LINE_BYTES
 

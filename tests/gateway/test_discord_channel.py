@@ -17,7 +17,7 @@ import pytest
 from fake_discord import BOT_ID, OTHER_ID, TOKEN, USER_ID, VOICE_FLAG, FakeDiscord, snowflake_time
 
 from klaw.config import DiscordConfig
-from klaw.gateway.channel import (
+from klaw.gateway.channels.base import (
     FILE_TOO_LARGE,
     STORAGE_NOTICE,
     ChannelSendError,
@@ -25,14 +25,14 @@ from klaw.gateway.channel import (
     OutFile,
     rejected_notice,
 )
-from klaw.gateway.discord import (
+from klaw.gateway.channels.discord.channel import (
     MESSAGE_LIMIT,
     NOT_SERVED_GUILD,
     DiscordChannel,
     DiscordError,
     looks_like_token,
 )
-from klaw.gateway.tgformat import split_message, utf16_len
+from klaw.gateway.channels.telegram.format import split_message, utf16_len
 from klaw.wire.protocol import InvalidMessage, Quote
 
 T = 15.0

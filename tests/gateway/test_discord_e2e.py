@@ -26,11 +26,11 @@ from klaw.config import EngineConfig, GatewayConfig, load_gateway_config
 from klaw.errors import ConfigError
 from klaw.gateway.access import MAX_PENDING
 from klaw.gateway.buffer import Buffer
+from klaw.gateway.channels.discord.channel import MESSAGE_LIMIT, DiscordChannel
+from klaw.gateway.channels.telegram.format import utf16_len
 from klaw.gateway.core import Gateway
 from klaw.gateway.daemon import DISCORD_CURSOR, build_channels
 from klaw.gateway.daemon import run as run_gateway
-from klaw.gateway.discord import MESSAGE_LIMIT, DiscordChannel
-from klaw.gateway.tgformat import utf16_len
 from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
 from scripted_llm import FakeLLM, call

@@ -21,9 +21,9 @@ from klaw.cli.app import app
 from klaw.cli.testing import CliRunner
 from klaw.config import EngineConfig, GatewayConfig
 from klaw.engine.daemon import run as run_engine
+from klaw.gateway.channels.telegram.channel import TelegramChannel
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.gateway.daemon import run as run_gateway
-from klaw.gateway.telegram import TelegramChannel
 from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import MAX_LINE_BYTES
@@ -451,7 +451,7 @@ async def test_a_failing_channel_leaves_the_others_running(
 ) -> None:
     import tempfile
 
-    from klaw.gateway.console import ConsoleChannel
+    from klaw.gateway.channels.console import ConsoleChannel
 
     fake = fake_telegram
     # Telegram refuses the token (401): that channel stops, the console goes on.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from klaw.config import GatewayConfig
 from klaw.gateway.buffer import Buffer
-from klaw.gateway.channel import Incoming, OutFile
+from klaw.gateway.channels.base import Incoming, OutFile
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths

@@ -30,11 +30,11 @@ from test_gateway_replay import RecordingEngine
 
 from klaw.config import EngineConfig, GatewayConfig
 from klaw.engine.pipeline import PRIVATE_TOOLS
-from klaw.gateway.channel import ChannelSendError, OutFile
-from klaw.gateway.console import ConsoleChannel
+from klaw.gateway.channels.base import ChannelSendError, OutFile
+from klaw.gateway.channels.console import ConsoleChannel
+from klaw.gateway.channels.discord.channel import UPLOAD_LIMIT
+from klaw.gateway.channels.telegram.channel import TelegramChannel
 from klaw.gateway.core import Gateway
-from klaw.gateway.discord import UPLOAD_LIMIT
-from klaw.gateway.telegram import TelegramChannel
 from klaw.paths import KlawPaths
 from klaw.tools.base import ToolError
 from klaw.tools.messaging import SendFile
@@ -480,8 +480,8 @@ async def test_telegram_caption_with_bad_html_goes_plain(
 async def test_discord_retries_an_upload_with_the_whole_file(
     fake_discord: FakeDiscord, tmp_path: Path, out_file: Any
 ) -> None:
+    from klaw.gateway.channels.discord.channel import DiscordChannel
     from klaw.gateway.daemon import DISCORD_CURSOR
-    from klaw.gateway.discord import DiscordChannel
 
     fake = fake_discord
     dm = fake.dm()

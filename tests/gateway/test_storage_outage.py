@@ -13,7 +13,7 @@ import pytest
 from fake_telegram import FakeTelegram
 from test_gateway_e2e import CHAT, OWNER, T, gateway_running, log_lines
 
-from klaw.gateway.channel import STORAGE_NOTICE
+from klaw.gateway.channels.base import STORAGE_NOTICE
 from klaw.paths import KlawPaths
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")

@@ -15,9 +15,14 @@ import pytest
 from fake_telegram import BOT_USERNAME, TOKEN, USER_ID, FakeTelegram
 
 from klaw.config import TelegramConfig
-from klaw.gateway.channel import ChannelSendError, Incoming, rejected_notice
-from klaw.gateway.telegram import FILE_TOO_LARGE, TelegramChannel, TelegramError, safe_filename
-from klaw.gateway.tgformat import split_message, to_html
+from klaw.gateway.channels.base import ChannelSendError, Incoming, rejected_notice
+from klaw.gateway.channels.telegram.channel import (
+    FILE_TOO_LARGE,
+    TelegramChannel,
+    TelegramError,
+    safe_filename,
+)
+from klaw.gateway.channels.telegram.format import split_message, to_html
 from klaw.wire.protocol import LineTooLong, Quote
 
 CHAT = 1001  # a private chat

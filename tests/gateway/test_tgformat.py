@@ -11,7 +11,7 @@ from fake_telegram import HtmlError, parse_html
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from klaw.gateway.tgformat import (
+from klaw.gateway.channels.telegram.format import (
     MIN_LIMIT,
     TELEGRAM_LIMIT,
     _blocks,

@@ -3,7 +3,7 @@
 The gateway (`klaw gateway`) serves `KlawPaths.console_socket`; this client sends
 each line you type as ``{"type":"say","text":...}`` and prints what comes back
 (replies, a "…" while the agent is typing, errors) the moment it arrives, above the
-line you are typing. The wire format is described in `klaw.gateway.console`.
+line you are typing. The wire format is described in `klaw.gateway.channels.console`.
 
 Line editing and history come from GNU readline (``input()``); the history is kept
 in ``$XDG_STATE_HOME/klaw/chat_history`` (mode 600), merged with what other

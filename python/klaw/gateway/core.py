@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from klaw.gateway.access import Access, Approvals, Pairings
 from klaw.gateway.buffer import Buffer
-from klaw.gateway.channel import Channel, ChannelSendError, Incoming, OutFile, Streaming
+from klaw.gateway.channels.base import Channel, ChannelSendError, Incoming, OutFile, Streaming
 from klaw.gateway.logbook import LogBook
 from klaw.gateway.outfiles import FileRefused, close_files, open_files
 from klaw.gateway.voice import Transcriber

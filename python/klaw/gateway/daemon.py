@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from klaw.config import GatewayConfig, load_gateway_config
 from klaw.errors import ConfigError, KlawError, os_error_line
-from klaw.gateway.channel import Channel
+from klaw.gateway.channels.base import Channel
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.lock import ProcessLock
 from klaw.paths import KlawPaths
@@ -48,7 +48,7 @@ def build_channels(paths: KlawPaths, config: GatewayConfig) -> list[Channel]:
     channels: list[Channel] = []
     tg = config.channels.telegram
     if tg.active:
-        from klaw.gateway.telegram import TelegramChannel, TelegramError
+        from klaw.gateway.channels.telegram.channel import TelegramChannel, TelegramError
 
         try:
             channels.append(
@@ -63,7 +63,7 @@ def build_channels(paths: KlawPaths, config: GatewayConfig) -> list[Channel]:
         log.info("Telegram is off: no bot token (set TELEGRAM_BOT_TOKEN)")
     dc = config.channels.discord
     if dc.active:
-        from klaw.gateway.discord import DiscordChannel, DiscordError
+        from klaw.gateway.channels.discord.channel import DiscordChannel, DiscordError
 
         try:
             channels.append(
@@ -79,7 +79,7 @@ def build_channels(paths: KlawPaths, config: GatewayConfig) -> list[Channel]:
     elif dc.enabled:
         log.warning("Discord is off: no bot token (set DISCORD_BOT_TOKEN)")
     if config.channels.console.enabled:
-        from klaw.gateway.console import ConsoleChannel
+        from klaw.gateway.channels.console import ConsoleChannel
 
         channels.append(ConsoleChannel(paths.console_socket))
     return channels

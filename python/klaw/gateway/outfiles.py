@@ -19,7 +19,7 @@ from pathlib import Path
 from klaw.confined import Confined
 from klaw.errors import KlawError, ToolError
 from klaw.fsutil import human_size
-from klaw.gateway.channel import OutFile, display_name
+from klaw.gateway.channels.base import OutFile, display_name
 from klaw.wire.protocol import Attachment, mime_of
 
 __all__ = ["FileRefused", "close_files", "open_files", "shown_name"]

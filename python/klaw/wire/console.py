@@ -2,7 +2,7 @@
 
 UTF-8 JSON objects, one a line, checked by the same `json_object` as the engine
 protocol (UTF-8, valid Unicode, depth, size), then typed here. The gateway
-(`klaw.gateway.console`) and the client (`klaw.cli.chat_cmds`) both import this
+(`klaw.gateway.channels.console`) and the client (`klaw.cli.chat_cmds`) both import this
 module and neither parses lines by hand.
 
     client → gateway   Say        {"type":"say","text":"..."}

@@ -2,7 +2,7 @@
 
 Requests are ``POST {api_server}/bot{token}/{method}`` with a JSON body (`upload`: one
 file as multipart/form-data); results come back as plain JSON values (updates and
-messages are dicts: read them with the small typed helpers in `klaw.gateway.telegram`).
+messages are dicts: read them with the small typed helpers in `channel`).
 Files are streamed from ``GET {api_server}/file/bot{token}/{file_path}`` with a size cap.
 Nothing here retries: the caller decides, from the exception's type, whether another try can help.
 

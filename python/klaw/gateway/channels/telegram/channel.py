@@ -1,6 +1,6 @@
 """The Telegram channel: long polling in, formatted replies out (design §2.4, §6.6).
 
-It speaks the Bot API through `klaw.gateway.botapi` (aiohttp, plain JSON) rather than a
+It speaks the Bot API through `botapi` (aiohttp, plain JSON) rather than a
 framework: aiogram's models of the whole API alone cost ~150 MB of RSS, over the
 gateway's whole budget (docs/decisions.md). Updates and messages stay dicts, read with
 the small typed helpers at the end of this module.
@@ -30,21 +30,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 from klaw.config import TelegramConfig
 from klaw.errors import KlawError
 from klaw.fsutil import replace_durably
-from klaw.gateway.botapi import (
-    BotApi,
-    BotApiBadRequest,
-    BotApiConflict,
-    BotApiError,
-    BotApiException,
-    BotApiForbidden,
-    BotApiNetworkError,
-    BotApiRetryAfter,
-    BotApiServerError,
-    BotApiTooLarge,
-    BotApiUnauthorized,
-    InvalidToken,
-)
-from klaw.gateway.channel import (
+from klaw.gateway.channels.base import (
     FILE_TOO_LARGE,
     STORAGE_NOTICE,
     ChannelSendError,
@@ -60,8 +46,22 @@ from klaw.gateway.channel import (
     safe_filename,
     storable,
 )
-from klaw.gateway.tgformat import split_message, to_html, utf16_len, visible_text
-from klaw.gateway.tgstream import telegram_previews
+from klaw.gateway.channels.telegram.botapi import (
+    BotApi,
+    BotApiBadRequest,
+    BotApiConflict,
+    BotApiError,
+    BotApiException,
+    BotApiForbidden,
+    BotApiNetworkError,
+    BotApiRetryAfter,
+    BotApiServerError,
+    BotApiTooLarge,
+    BotApiUnauthorized,
+    InvalidToken,
+)
+from klaw.gateway.channels.telegram.format import split_message, to_html, utf16_len, visible_text
+from klaw.gateway.channels.telegram.stream import telegram_previews
 from klaw.retry import Backoff, retry
 from klaw.wire.protocol import (
     MAX_UPLOAD_BYTES,
@@ -527,7 +527,7 @@ class TelegramChannel:
     # ------------------------------------------------------------------ sending
 
     async def draft(self, chat_id: str, reply_to: str, text: str) -> None:
-        """Shows the reply to `reply_to` as written so far (see `klaw.gateway.tgstream`)."""
+        """Shows the reply to `reply_to` as written so far (see `stream`)."""
         self._streams.update(self._platform_chat(chat_id), reply_to, text)
 
     async def send(

@@ -25,7 +25,7 @@ per-route rate-limit buckets, and its interactions. What Klaw adds:
   refusal for a chat that is not served) and the engine's answer replaces it.
 
 Replies are Discord Markdown as the model wrote it, cut into 2,000-character parts that
-keep code blocks whole (`tgformat.split_message`), sent with every mention disabled so a
+keep code blocks whole (`telegram.format.split_message`), sent with every mention disabled so a
 reply can never ping @everyone. Sending retries rate limits (discord.py waits out each
 429 and the buckets' own limits), 5xx and network errors until the reply is taken;
 403/404/400 are final. Logs go to ``klaw.gateway.discord``, never with message text at
@@ -55,7 +55,7 @@ import yarl
 from klaw.config import DiscordConfig
 from klaw.errors import KlawError
 from klaw.fsutil import atomic_write, replace_durably
-from klaw.gateway.channel import (
+from klaw.gateway.channels.base import (
     FILE_TOO_LARGE,
     STORAGE_NOTICE,
     ChannelSendError,
@@ -71,8 +71,8 @@ from klaw.gateway.channel import (
     safe_filename,
     storable,
 )
-from klaw.gateway.previews import DraftsRefused, PreviewStreams
-from klaw.gateway.tgformat import split_message
+from klaw.gateway.channels.previews import DraftsRefused, PreviewStreams
+from klaw.gateway.channels.telegram.format import split_message
 from klaw.retry import Backoff, retry
 from klaw.wire.protocol import UPLOAD_ATTEMPTS, Attachment, Quote
 
@@ -803,7 +803,7 @@ class DiscordChannel:
         log.debug("discord: sent %d part(s) to %s", count, chat_id)
 
     async def draft(self, chat_id: str, reply_to: str, text: str) -> None:
-        """Shows the reply to `reply_to` as written so far (`klaw.gateway.previews`); not
+        """Shows the reply to `reply_to` as written so far (`klaw.gateway.channels.previews`); not
         for slash commands, whose "thinking…" is their preview."""
         if reply_to in self._interactions or not self._logged_in.is_set():
             return

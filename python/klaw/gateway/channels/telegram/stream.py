@@ -1,4 +1,4 @@
-"""Telegram's side of streamed replies (`klaw.gateway.previews`): `sendMessageDraft` in
+"""Telegram's side of streamed replies (`klaw.gateway.channels.previews`): `sendMessageDraft` in
 private chats (a 30-second animated preview; the final `sendMessage` replaces it),
 edits of one message in groups and where drafts are refused.
 
@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
-from klaw.gateway.botapi import BotApiBadRequest, BotApiError, BotApiRetryAfter
-from klaw.gateway.channel import message_in
-from klaw.gateway.previews import DraftsRefused, PreviewRetry, PreviewStreams, Unchanged
+from klaw.gateway.channels.base import message_in
+from klaw.gateway.channels.previews import DraftsRefused, PreviewRetry, PreviewStreams, Unchanged
+from klaw.gateway.channels.telegram.botapi import BotApiBadRequest, BotApiError, BotApiRetryAfter
 
 __all__ = ["DRAFT_INTERVAL_S", "EDIT_INTERVAL_S", "GROUP_EDIT_INTERVAL_S", "telegram_previews"]
 

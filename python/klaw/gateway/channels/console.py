@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from klaw.errors import KlawError
 from klaw.fsutil import human_size
-from klaw.gateway.channel import ChannelSendError, Incoming, OnMessage, OutFile, platform_id
+from klaw.gateway.channels.base import ChannelSendError, Incoming, OnMessage, OutFile, platform_id
 from klaw.wire.console import (
     ConsoleError,
     Hello,

@@ -1,0 +1,1 @@
+"""Discord over discord.py: `channel.DiscordChannel`, `inbound`, `commands`, `outbound`."""

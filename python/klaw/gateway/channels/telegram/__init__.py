@@ -1,0 +1,1 @@
+"""Telegram over the Bot API: `channel.TelegramChannel`, `botapi`, `format`, `stream`."""
