@@ -330,7 +330,7 @@ async def test_user_facts_and_summaries_are_written_back(klaw_home: KlawPaths) -
     cfg = load_engine_config(klaw_home.engine_config)
     ws = klaw_home.workspace
     (ws / "USER.md").write_text("# USER.md\n\n- **Name:** Mara", encoding="utf-8")
-    tool = MemoryCoreUpdate(CoreMemory(klaw_home.core_memory), WriteBack(ws, cfg))
+    tool = MemoryCoreUpdate(CoreMemory(klaw_home.core_memory), WriteBack(ws, cfg).user_fact)
     await tool.run({"section": "user", "key": "home_city", "value": "Prague"})
     await tool.run({"section": "agent", "key": "mood", "value": "cheerful"})  # not the owner's
     assert (
@@ -355,6 +355,7 @@ def test_write_back_failing_never_loses_the_fact(
     klaw_home: KlawPaths, backend: Any, durable: bool
 ) -> None:
     from klaw.memory import Memory
+    from klaw.openclaw.writeback import WriteBack
 
     klaw_home.engine_config.parent.mkdir(parents=True, exist_ok=True)
     klaw_home.engine_config.write_text("compatibility:\n  openclaw:\n    enabled: true\n")
@@ -362,6 +363,7 @@ def test_write_back_failing_never_loses_the_fact(
     (klaw_home.workspace / "memory").write_text("a file where the folder should be")
     (klaw_home.workspace / "MEMORY.md").mkdir()
     with Memory.open(paths=klaw_home, config=cfg, backend=backend) as mem:
+        assert WriteBack.subscribe(klaw_home.workspace, cfg, mem) is not None
         assert mem.save("the boiler code is 1234", "memory_save", durable=durable)
         assert "1234" in mem.search("boiler code", top_k=1)[0].content
 

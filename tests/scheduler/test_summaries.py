@@ -228,6 +228,24 @@ async def test_a_backlog_of_hundreds_is_summarized_oldest_first_and_none_is_lost
     assert "The first part" in asked[1] and "The second part" in asked[2]  # folded in
 
 
+async def test_with_openclaw_on_a_summary_is_written_back_to_the_daily_log(
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any
+) -> None:
+    engine_yaml(klaw_home.engine_config, llm.url, summarization={"everyMessages": 2})
+    with klaw_home.engine_config.open("a") as f:
+        f.write("compatibility:\n  openclaw:\n    enabled: true\n")
+    (klaw_home.conversations / CHAT).mkdir(parents=True)
+    llm.answer("Fine.")
+    llm.answer("- The gate code changed to 4411.")
+    async with engine_running(klaw_home, backend) as server:
+        await say(server, "The gate code is 4411 now")
+        await until(lambda: newest_summary(klaw_home.summaries / CHAT) is not None)
+        logs = klaw_home.workspace / "memory"
+        await until(lambda: any("gate code changed" in p.read_text() for p in logs.glob("*.md")))
+    (daily,) = logs.glob("*.md")
+    assert f"## Conversation summary ({CHAT}, " in daily.read_text()
+
+
 async def test_the_nightly_job_summarizes_chats_left_over_and_skips_quiet_ones(
     klaw_home: KlawPaths, llm: FakeLLM, backend: Any
 ) -> None:

@@ -21,6 +21,7 @@ def _open() -> Memory:
     """Opens memory under the engine lock: while the engine runs it owns klaw.db."""
     from klaw.lock import EngineLock
     from klaw.memory import Memory
+    from klaw.openclaw.writeback import WriteBack
     from klaw.paths import KlawPaths
 
     lock = EngineLock.of(KlawPaths.from_env()).acquire("this command")
@@ -30,6 +31,7 @@ def _open() -> Memory:
         lock.release()
         raise
     mem.on_close(lock.release)
+    WriteBack.subscribe(mem.paths.workspace, mem.config, mem)  # `compatibility.openclaw`
     return mem
 
 

@@ -110,12 +110,24 @@ async def run(
             router = Router(config)
             for problem in router.check():
                 log.warning("routing: %s", problem)
+            from klaw.openclaw.writeback import WriteBack
+
+            writeback = WriteBack.subscribe(paths.workspace, config, memory)
             control = outbox = None
             if config.scheduler.enabled:
                 scheduler, control, outbox = _scheduling(config, paths, memory, server)
             sandbox = await _open_sandbox(config, paths)
             server.sandbox = sandbox
-            pipeline = _pipeline(config, paths, memory, router, server, control, sandbox)
+            pipeline = _pipeline(
+                config,
+                paths,
+                memory,
+                router,
+                server,
+                control,
+                sandbox,
+                on_user_fact=writeback.user_fact if writeback else None,
+            )
             server.handler = pipeline
             background = _background(config, memory, quit_background, pipeline)
             if sandbox is not None:
@@ -124,7 +136,13 @@ async def run(
                 )
             if scheduler is not None and outbox is not None:
                 background += await _start_scheduler(
-                    config, paths, scheduler, pipeline, outbox, quit_background
+                    config,
+                    paths,
+                    scheduler,
+                    pipeline,
+                    outbox,
+                    quit_background,
+                    on_summary=writeback.summary if writeback else None,
                 )
         await server.start()
         if started is not None:
@@ -254,8 +272,11 @@ async def _start_scheduler(
     pipeline: Pipeline,
     outbox: Outbox,
     stop: asyncio.Event,
+    *,
+    on_summary: Callable[[str, str], None] | None = None,
 ) -> list[asyncio.Task[None]]:
-    """Starts firing jobs; returns the outbox and HEARTBEAT.md watchers."""
+    """Starts firing jobs; returns the outbox and HEARTBEAT.md watchers. `on_summary`
+    is told of each summary written (OpenClaw's write-back)."""
     from klaw.scheduler.boot import run_boot
     from klaw.scheduler.control import system_zone
     from klaw.scheduler.heartbeat import HeartbeatWatcher
@@ -267,6 +288,8 @@ async def _start_scheduler(
         summarizer = Summarizer(config, paths, pipeline.memory, pipeline)
         pipeline.after_turn = summarizer.after_turn
         scheduler.on_stop.append(summarizer.aclose)
+        if on_summary is not None:
+            summarizer.on_written.append(on_summary)
     scheduler.run_job = JobRunner(
         config,
         paths.conversations,
@@ -351,10 +374,12 @@ def _pipeline(
     server: EngineServer,
     control: ScheduleControl | None = None,
     sandbox: Sandbox | None = None,
+    *,
+    on_user_fact: Callable[[str, object], None] | None = None,
 ) -> Pipeline:
     """The message pipeline, with `send_message` and `send_file` going through this
-    server's gateway, the `schedule_*` tools through `control` and `code_execute`
-    through `sandbox`."""
+    server's gateway, the `schedule_*` tools through `control`, `code_execute`
+    through `sandbox`, and facts about the owner told to `on_user_fact`."""
     from klaw.engine.commands import Commands
     from klaw.tools import builtin_registry
     from klaw.tools.code import CodeExecute
@@ -362,7 +387,7 @@ def _pipeline(
     from klaw.tools.schedule import schedule_tools
 
     def registry(chat_id: str) -> ToolRegistry:
-        tools = builtin_registry(paths, config, memory, chat_id=chat_id)
+        tools = builtin_registry(paths, config, memory, chat_id=chat_id, on_user_fact=on_user_fact)
         tools.register(SendMessage(server.deliver, memory, source_chat=chat_id))
         job = chat_id.startswith(SUBAGENT_CHAT_PREFIX)  # no conversation to send files to
         tools.register(

@@ -113,6 +113,8 @@ class Memory:
         self.config = config
         self._save_lock = threading.Lock()
         self._on_close: list[Callable[[], None]] = []
+        #: Told (text, durable) after each saved fact: OpenClaw's write-back subscribes.
+        self.on_saved: list[Callable[[str, bool], None]] = []
         # Set by `cancel()`: long indexing stops between embedding batches and files, so
         # a stopping engine is done within a batch, not after a 15 MB file.
         # A Rust flag, so indexing inside one `index_document` call sees it too.
@@ -242,8 +244,8 @@ class Memory:
         durable: bool = False,
     ) -> list[int]:
         """Saves a fact: appended to saved.jsonl (the truth), then chunked and indexed;
-        with OpenClaw write-back on, also to the workspace's daily log (and MEMORY.md
-        when `durable`)."""
+        then `on_saved` is told (OpenClaw's write-back: the workspace's daily log, and
+        MEMORY.md when `durable`). A subscriber that fails loses nothing."""
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput("cannot save empty text to memory")
         if not source.strip():
@@ -259,10 +261,11 @@ class Memory:
         with self._save_lock:
             self._append_saved(record)
             ids = self._index_saved(record)
-        if self.config.compatibility.openclaw.enabled:
-            from klaw.openclaw.writeback import WriteBack
-
-            WriteBack(self.paths.workspace, self.config).saved(text, durable=durable)
+        for subscriber in self.on_saved:
+            try:
+                subscriber(text, durable)
+            except Exception:  # the fact is saved and indexed either way
+                log.exception("after saving a fact: %r failed", subscriber)
         return ids
 
     def _append_saved(self, record: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from zoneinfo import ZoneInfo
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
+    from klaw.memory.api import Memory
 
 __all__ = ["WriteBack"]
 
@@ -57,6 +58,10 @@ def _one_line(text: str) -> str:
 
 
 class WriteBack:
+    """The write-back, a subscriber of memory, the summarizer and core memory's tool:
+    the composition roots (klaw.engine.daemon, the memory CLI) wire it with
+    `subscribe`, `Summarizer.on_written` and the tool registry's `on_user_fact`."""
+
     def __init__(self, workspace: Path, config: EngineConfig) -> None:
         self.workspace = workspace
         sync = config.compatibility.openclaw
@@ -67,11 +72,21 @@ class WriteBack:
         zone = config.scheduler.timezone
         self.zone = ZoneInfo(zone) if zone else None
 
+    @classmethod
+    def subscribe(cls, workspace: Path, config: EngineConfig, memory: Memory) -> WriteBack | None:
+        """The write-back when `compatibility.openclaw` is on, told of every fact
+        `memory` saves; None when it is off."""
+        if not config.compatibility.openclaw.enabled:
+            return None
+        writeback = cls(workspace, config)
+        memory.on_saved.append(writeback.saved)
+        return writeback
+
     def _now(self, when: datetime | None) -> datetime:
         return (when or datetime.now(self.zone)).astimezone(self.zone)
 
-    def saved(self, text: str, *, durable: bool = False, when: datetime | None = None) -> None:
-        """A fact from `memory_save`."""
+    def saved(self, text: str, durable: bool = False, when: datetime | None = None) -> None:
+        """A fact from `memory_save` (a `Memory.on_saved` subscriber)."""
         try:
             now = self._now(when)
             if self.daily_logs:
@@ -89,7 +104,7 @@ class WriteBack:
             log.warning("write-back of a saved fact failed: %s", exc)
 
     def summary(self, chat_id: str, text: str, when: datetime | None = None) -> None:
-        """A conversation summary (background summarization)."""
+        """A conversation summary (a `Summarizer.on_written` subscriber)."""
         if not self.daily_logs:
             return
         try:
@@ -104,7 +119,8 @@ class WriteBack:
             log.warning("write-back of a summary failed: %s", exc)
 
     def user_fact(self, key: str, value: object) -> None:
-        """A fact about the owner written to core memory."""
+        """A fact about the owner written to core memory (`memory_core_update`'s
+        `on_user_fact`)."""
         if not self.user_md:
             return
         label = key.replace("_", " ").strip().capitalize()

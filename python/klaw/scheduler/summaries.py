@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 from zoneinfo import ZoneInfo
 
@@ -69,6 +70,8 @@ class Summarizer:
         zone = config.scheduler.timezone  # the owner's day names the files
         self._zone = ZoneInfo(zone) if zone else None
         self._again: set[str] = set()  # chats with a turn while their summary ran
+        #: Told (chat id, text) of each summary written: OpenClaw's write-back subscribes.
+        self.on_written: list[Callable[[str, str], None]] = []
 
     @property
     def every(self) -> int:
@@ -171,13 +174,17 @@ class Summarizer:
             )
             waiting.covered(summary)
             written += 1
-            if self.config.compatibility.openclaw.enabled:
-                from klaw.openclaw.writeback import WriteBack
-
-                WriteBack(self.paths.workspace, self.config).summary(chat_id, text)
+            await asyncio.to_thread(self._written, chat_id, text)
             log.info(
                 "summary of %s written: %s (%d messages)", chat_id, summary.path.name, len(rows)
             )
+
+    def _written(self, chat_id: str, text: str) -> None:
+        for subscriber in self.on_written:
+            try:
+                subscriber(chat_id, text)
+            except Exception:  # the summary is written and indexed either way
+                log.exception("after the summary of %s: %r failed", chat_id, subscriber)
 
     def _model(self) -> str:
         return self.turns.usable_model(self.config.routing.tasks.summarization)

@@ -43,11 +43,12 @@ def builtin_tools(
     chat_id: str | None = None,
     now: Callable[[], datetime] | None = None,
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    on_user_fact: Callable[[str, object], None] | None = None,
 ) -> list[Tool]:
-    """Memory, file, skill and time tools bound to one workspace and memory."""
+    """Memory, file, skill and time tools bound to one workspace and memory;
+    `on_user_fact` is told each fact about the owner written to core memory."""
     from klaw.memory.core import CoreMemory
     from klaw.memory.docs import Docs
-    from klaw.openclaw.writeback import WriteBack
     from klaw.tools.clock import CurrentTime
     from klaw.tools.docs import DocsList, DocsRead, DocsSearch
     from klaw.tools.files import FileList, FileRead, FileWrite, Workspace
@@ -74,7 +75,7 @@ def builtin_tools(
         *([ConversationSearch(memory, chat_id, now, zone)] if chat_id else []),
         MemorySave(memory, chat_id),
         MemoryCoreGet(core),
-        MemoryCoreUpdate(core, WriteBack(paths.workspace, config)),
+        MemoryCoreUpdate(core, on_user_fact),
         MemoryCoreDelete(core),
         FileRead(workspace),
         FileWrite(workspace),
@@ -98,6 +99,7 @@ def builtin_registry(
     chat_id: str | None = None,
     now: Callable[[], datetime] | None = None,
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    on_user_fact: Callable[[str, object], None] | None = None,
 ) -> ToolRegistry:
     """A registry holding `builtin_tools`."""
     tools = builtin_tools(
@@ -108,5 +110,6 @@ def builtin_registry(
         chat_id=chat_id,
         now=now,
         max_result_chars=max_result_chars,
+        on_user_fact=on_user_fact,
     )
     return ToolRegistry(tools, max_result_chars=max_result_chars)

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from klaw.memory.core import CoreMemory
     from klaw.memory.rows import Hit
     from klaw.memory.timewords import TimeRange
-    from klaw.openclaw.writeback import WriteBack
 
 __all__ = [
     "ConversationSearch",
@@ -270,15 +269,18 @@ class MemoryCoreUpdate(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, core: CoreMemory, writeback: WriteBack | None = None) -> None:
+    def __init__(
+        self, core: CoreMemory, on_user_fact: Callable[[str, object], None] | None = None
+    ) -> None:
         self.core = core
-        self.writeback = writeback
+        # Told (key, value) of each fact about the owner (OpenClaw's write-back to USER.md).
+        self.on_user_fact = on_user_fact
 
     async def run(self, args: dict[str, Any]) -> str:
         section, key = args["section"], args["key"]
         await asyncio.to_thread(self.core.update, section, key, args["value"])
-        if section == "user" and self.writeback is not None:
-            await asyncio.to_thread(self.writeback.user_fact, key.strip(), args["value"])
+        if section == "user" and self.on_user_fact is not None:
+            await asyncio.to_thread(self.on_user_fact, key.strip(), args["value"])
         return f"Core memory {section}.{key.strip()} updated."
 
 
