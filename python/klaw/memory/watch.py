@@ -3,12 +3,20 @@
 The engine runs `MemoryWatcher.run` as a task; each debounced batch of changes
 to MEMORY.md or memory/*.md triggers `Memory.index_workspace` in a thread, which
 re-chunks only the files whose hash changed and forgets deleted ones.
+
+The watch covers the whole workspace, where code_execute's files land too, and
+watchfiles gives up on a name it cannot decode (a non-UTF-8 file name in /output)
+or on a lost inotify watch. So a failed watch is logged and started again after a
+back-off (1 s, doubling to a minute; back to 1 s after a minute of watching), and
+each new watch begins with an indexing pass: no edit made meanwhile is missed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +27,11 @@ log = logging.getLogger("klaw.memory.watch")
 
 # How often the watch wakes when nothing changes; the first wake-up starts indexing.
 _WATCH_POLL_MS = 500
+#: Back-off between watches that failed: from RETRY_S, doubling up to RETRY_MAX_S;
+#: a watch that lived HEALTHY_S before failing starts the back-off afresh.
+RETRY_S = 1.0
+RETRY_MAX_S = 60.0
+HEALTHY_S = 60.0
 
 
 class MemoryWatcher:
@@ -32,6 +45,7 @@ class MemoryWatcher:
         self.debounce_ms = debounce_ms
         self.on_indexed = on_indexed
         self.ready = asyncio.Event()
+        self.failures = 0  # watches that failed and were started again
 
     def _relevant(self, path: str) -> bool:
         p = Path(path)
@@ -49,8 +63,30 @@ class MemoryWatcher:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Watches until `stop` is set. Indexes once the watch is in place, so a change
-        made at any moment after `run` starts is seen (by that pass or by the watch)."""
+        """Watches until `stop` is set, starting the watch again when it fails."""
+        delay = RETRY_S
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                if await self._watch(stop):
+                    return
+            except Exception as exc:  # whatever watchfiles raised: watch again
+                self.failures += 1
+                if time.monotonic() - started >= HEALTHY_S:
+                    delay = RETRY_S
+                log.warning(
+                    "the workspace memory watch failed (%s); watching again in %.0f s",
+                    _describe(exc),
+                    delay,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _watch(self, stop: asyncio.Event) -> bool:
+        """One watch, until `stop` is set (False) or memory closes (True). Indexes once
+        the watch is in place, so a change made at any moment after it starts is seen
+        (by that pass or by the watch). Raises whatever the watch fails with."""
         from watchfiles import awatch
 
         ws = self.memory.paths.workspace
@@ -79,7 +115,7 @@ class MemoryWatcher:
                 report = await asyncio.to_thread(self.memory.index_workspace)
             except Cancelled:
                 log.info("indexing cancelled: memory is closing")
-                return
+                return True
             except Exception:  # a bad file must not kill the watcher
                 log.exception("indexing the workspace failed")
                 continue
@@ -87,3 +123,11 @@ class MemoryWatcher:
                 self.ready.set()
             if self.on_indexed:
                 self.on_indexed(report)
+        return False
+
+
+def _describe(exc: BaseException) -> str:
+    """The errors inside an exception group (awatch raises from a task group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
