@@ -15,7 +15,8 @@ from cronsim import CronSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from klaw.scheduler.cron import CronError, CronTrigger, parse_cron
+from klaw.cronexpr import CronError, parse_cron
+from klaw.scheduler.cron import CronTrigger
 
 BERLIN = ZoneInfo("Europe/Berlin")
 START = datetime(2026, 1, 10, 13, 7, 11, tzinfo=BERLIN)

@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from klaw.scheduler.cron import At, CronError, CronTrigger, Every, parse_schedule
+from klaw.cronexpr import At, CronError, Every, parse_schedule
+from klaw.scheduler.cron import CronTrigger
 from klaw.scheduler.jobs import JobError, JobSpec
 from klaw.scheduler.service import Scheduler
 

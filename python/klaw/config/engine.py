@@ -213,7 +213,7 @@ class HeartbeatConfig(Section):
     @field_validator("cron")
     @classmethod
     def _cron(cls, value: str) -> str:
-        from klaw.scheduler.cron import At, CronError, parse_schedule
+        from klaw.cronexpr import At, CronError, parse_schedule
 
         if isinstance(parse_schedule(value), At):  # CronError (a ValueError) names the field
             raise CronError("the heartbeat repeats: use a cron expression or 'every 30m'")
@@ -230,7 +230,7 @@ class SummarizationConfig(Section):
     @field_validator("cron")
     @classmethod
     def _cron(cls, value: str) -> str:
-        from klaw.scheduler.cron import parse_cron
+        from klaw.cronexpr import parse_cron
 
         parse_cron(value)
         return value
@@ -246,7 +246,7 @@ class SchedulerConfig(Section):
     @classmethod
     def _zone(cls, value: str | None) -> str | None:
         if value is not None:
-            from klaw.scheduler.cron import zone_named
+            from klaw.cronexpr import zone_named
 
             zone_named(value)  # CronError (a ValueError) says what is expected
         return value

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from klaw.cronexpr import MIN_EVERY_SECONDS
 from klaw.errors import InvalidInput
-from klaw.scheduler.cron import MIN_EVERY_SECONDS
 from klaw.scheduler.jobs import HEARTBEAT, JobSpec
 
 __all__ = ["MappedJob", "job_name", "map_job"]

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any, Final
 
+from klaw.cronexpr import CronError, Schedule, parse_schedule, zone_named
 from klaw.errors import InvalidInput
-from klaw.scheduler.cron import CronError, Schedule, parse_schedule, zone_named
 
 __all__ = ["HEARTBEAT", "MAX_MESSAGE_CHARS", "JobError", "JobSpec", "check_name"]
 
