@@ -99,3 +99,23 @@ async def test_subagent_spawn_answers_at_once_and_the_result_follows(
         "Compare three heat pumps"
     ]
     assert "subagent_spawn" not in {t["function"]["name"] for t in spawned.get("tools", [])}
+
+
+async def test_the_model_cannot_remove_the_built_in_jobs(
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any
+) -> None:
+    engine_yaml(klaw_home.engine_config, llm.url, maxToolCallRounds=5)
+    (klaw_home.conversations / CHAT).mkdir(parents=True)
+    (klaw_home.workspace / "HEARTBEAT.md").write_text("- [ ] Check the boiler pressure\n")
+    for i, name in enumerate(("heartbeat", "summaries")):
+        llm.answer(None, [call(f"r{i}", "schedule_remove", json.dumps({"name": name}))])
+    llm.answer("I cannot remove those.")
+    async with engine_running(klaw_home, backend) as server:
+        await say(server, "Stop all your background jobs")
+        rc, listed, err = await klaw("schedule", "list", "--json")
+        assert rc == 0, err
+        names = {j["name"] for j in json.loads(listed)["jobs"]}
+    assert {"heartbeat", "summaries"} <= names  # still there
+    heartbeat, summaries = (tool_results(r)[-1] for r in llm.requests[1:3])
+    assert "'heartbeat' is a built-in job, made from HEARTBEAT.md's checklist" in heartbeat
+    assert "'summaries' is a built-in job, made from engine.yaml's `summarization`" in summaries

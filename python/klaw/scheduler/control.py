@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from klaw.scheduler.boot import BOOT_JOB
 from klaw.scheduler.jobs import HEARTBEAT, JobError, JobSpec, check_name
@@ -24,9 +24,16 @@ if TYPE_CHECKING:
     from klaw.memory.api import Memory
     from klaw.scheduler.service import Scheduled, Scheduler
 
-__all__ = ["ScheduleControl", "system_zone"]
+__all__ = ["BUILT_IN", "ScheduleControl", "system_zone"]
 
 log = logging.getLogger("klaw.scheduler")
+
+#: The jobs Klaw makes itself, and what each is made from.
+BUILT_IN: Final = {
+    HEARTBEAT: "HEARTBEAT.md's checklist",
+    SUMMARY_JOB: "engine.yaml's `summarization`",
+    BOOT_JOB: "BOOT.md",
+}
 
 
 def system_zone() -> str:
@@ -128,7 +135,14 @@ class ScheduleControl:
             return True
         return (self.conversations / chat_id).is_dir()
 
-    async def remove(self, name: str) -> JobSpec:
+    async def remove(self, name: str, *, owner: bool = True) -> JobSpec:
+        """Removes a job. The built-in ones are the owner's (`owner` False: the model's
+        `schedule_remove`, which is refused them and told where they come from)."""
+        if not owner and name in BUILT_IN:
+            raise JobError(
+                f"{name!r} is a built-in job, made from {BUILT_IN[name]}: only the owner "
+                "can change it there"
+            )
         return await self.scheduler.remove(name)
 
     async def jobs(self) -> list[Scheduled]:

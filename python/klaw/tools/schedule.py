@@ -118,7 +118,7 @@ class ScheduleRemove(_ScheduleTool):
 
     async def run(self, args: dict[str, Any]) -> str:
         try:
-            spec = await self._control.remove(args["name"])
+            spec = await self._control.remove(args["name"], owner=False)
         except InvalidInput as exc:
             raise ToolError(str(exc)) from None
         return f"Removed '{spec.name}' ({spec.cron})."
