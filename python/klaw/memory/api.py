@@ -29,6 +29,7 @@ from klaw.memory.dbfile import check_db_file
 from klaw.memory.embedding import EmbeddingBackend, OllamaBackend, OnnxBackend
 from klaw.memory.reindex import ReindexReport, read_saved, remove_db_files, swap_in
 from klaw.memory.rows import Hit
+from klaw.memory.wsfiles import memory_files, open_for_index
 from klaw.paths import KlawPaths
 from klaw.wire.record import now_iso, to_iso
 
@@ -309,20 +310,19 @@ class Memory:
     def index_file(self, path: Path | str, source: str | None = None) -> int:
         """Indexes a Markdown file; returns chunks written (0 when unchanged since last time)."""
         p = Path(path)
-        try:
-            st = p.stat()
-        except OSError as exc:
-            raise InvalidInput(f"cannot read {p}: {exc.strerror}") from exc
-        if not p.is_file():
-            raise InvalidInput(f"{p} is not a file")
-        self._check_cancel()
-        if st.st_size > MAX_INDEX_FILE_BYTES:
-            raise InvalidInput(
-                f"{p} is {st.st_size / 2**20:.0f} MiB; files over "
-                f"{MAX_INDEX_FILE_BYTES // 2**20} MiB are not indexed (split it into smaller notes)"
-            )
+        # As the file tools open it: a symlink out of the workspace is refused.
+        fd = open_for_index(self.paths.workspace, p)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            self._check_cancel()
+            if st.st_size > MAX_INDEX_FILE_BYTES:
+                raise InvalidInput(
+                    f"{p} is {st.st_size / 2**20:.0f} MiB; files over "
+                    f"{MAX_INDEX_FILE_BYTES // 2**20} MiB are not indexed (split it into "
+                    "smaller notes)"
+                )
+            data = f.read(MAX_INDEX_FILE_BYTES + 1)
         label = self.source_label(p)
-        data = p.read_bytes()
         digest = hashlib.blake2b(data, digest_size=16).hexdigest()
         known = self.store.file_state(label)
         if known is not None and known.hash == digest:
@@ -372,12 +372,7 @@ class Memory:
 
     def workspace_files(self) -> list[Path]:
         """MEMORY.md and memory/**/*.md of the workspace, summaries/**/*.md, core memory."""
-        ws = self.paths.workspace
-        found: list[Path] = []
-        if (ws / "MEMORY.md").is_file():
-            found.append(ws / "MEMORY.md")
-        if (ws / "memory").is_dir():
-            found.extend(sorted(p for p in (ws / "memory").rglob("*.md") if p.is_file()))
+        found = memory_files(self.paths.workspace)  # symlinks out of it left out
         if self.paths.summaries.is_dir():
             found.extend(sorted(p for p in self.paths.summaries.rglob("*.md") if p.is_file()))
         if self.paths.core_memory.is_file() and self._core_memory_has_facts():

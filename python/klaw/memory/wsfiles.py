@@ -1,0 +1,82 @@
+"""The workspace's memory files (MEMORY.md, memory/**/*.md), reached as the file tools
+reach the workspace (`klaw.confined`).
+
+A symlink that resolves inside the workspace is followed; one that leads out (to a
+host file such as ~/.ssh/id_rsa) is skipped and logged: what `file_read` refuses must
+not reach the model through `memory_search` either. The listing leaves such files out
+and the read itself is race-free: a file under the workspace is opened through
+`Confined`, one component at a time without following a link that leads out, so a
+file swapped for a symlink after the listing is refused all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+
+from klaw.confined import Confined
+from klaw.errors import InvalidInput, ToolError
+
+__all__ = ["memory_files", "open_for_index"]
+
+log = logging.getLogger("klaw.memory")
+
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def _below(workspace: Path, path: Path) -> str | None:
+    """`path` relative to the workspace as written (or its real path), or None."""
+    for root in (workspace, workspace.resolve()):
+        try:
+            return path.relative_to(root).as_posix()
+        except ValueError:
+            continue
+    return None
+
+
+def _inside(real_root: str, path: Path) -> bool:
+    real = os.path.realpath(path)
+    return real == real_root or real.startswith(real_root.rstrip("/") + "/")
+
+
+def memory_files(workspace: Path) -> list[Path]:
+    """MEMORY.md and memory/**/*.md, leaving out (logged) what resolves outside."""
+    found: list[Path] = []
+    if (workspace / "MEMORY.md").is_file():
+        found.append(workspace / "MEMORY.md")
+    if (workspace / "memory").is_dir():
+        found.extend(sorted(p for p in (workspace / "memory").rglob("*.md") if p.is_file()))
+    real_root = os.path.realpath(workspace)
+    kept = []
+    for path in found:
+        if _inside(real_root, path):
+            kept.append(path)
+        else:
+            log.warning(
+                "not indexed: %s leads outside the workspace through a symlink",
+                _below(workspace, path) or path,
+            )
+    return kept
+
+
+def open_for_index(workspace: Path, path: Path) -> int:
+    """A read-only descriptor of the regular file `path` (the caller closes it). A
+    path under the workspace is opened through `Confined` (InvalidInput when it leads
+    out); one elsewhere (`klaw memory import` of a folder the owner named) as it is."""
+    rel = _below(workspace, path)
+    if rel is not None:
+        try:
+            fd, _, _ = Confined(workspace).open_file(rel)
+        except ToolError as exc:
+            raise InvalidInput(str(exc)) from None
+        return fd
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InvalidInput(f"{path} is not a file")
+    return fd
