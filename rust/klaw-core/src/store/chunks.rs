@@ -224,3 +224,95 @@ impl Store {
         self.read(|inner| Ok(inner.mem()?.vindex.len()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing::{chunk, open, unit};
+    use crate::store::Filter;
+
+    const AT: &str = "2026-01-01T00:00:00Z";
+
+    fn line(text: &str, n: i64) -> NewChunk {
+        NewChunk {
+            start_line: Some(n),
+            end_line: Some(n),
+            heading: Some("H".into()),
+            ..chunk(text)
+        }
+    }
+
+    fn state(hash: &str) -> FileState {
+        FileState {
+            hash: hash.into(),
+            mtime: 1.0,
+            size: 10,
+        }
+    }
+
+    #[test]
+    fn replace_file_replaces_every_chunk_and_remove_file_forgets_them() {
+        let (_d, s) = open(4);
+        let v = [unit(&[1.0, 0.0, 0.0, 0.0]), unit(&[0.0, 1.0, 0.0, 0.0])].concat();
+        let two = [line("line one", 1), line("line two", 2)];
+        let ids = s
+            .replace_file("MEMORY.md", "MEMORY.md", &state("h1"), AT, &two, &v)
+            .unwrap();
+        assert_eq!(ids.len(), 2);
+        let known = s.file_state("MEMORY.md").unwrap().unwrap();
+        assert_eq!((known.hash.as_str(), known.size), ("h1", 10));
+
+        let one = s
+            .replace_file(
+                "MEMORY.md",
+                "MEMORY.md",
+                &state("h2"),
+                AT,
+                &two[..1],
+                &v[..4],
+            )
+            .unwrap();
+        assert_eq!(s.count_chunks().unwrap(), 1);
+        assert!(s
+            .keyword_search("two", 5, &Filter::default())
+            .unwrap()
+            .is_empty());
+        let files = s.list_files().unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(
+            (files[0].0.as_str(), files[0].2.hash.as_str()),
+            ("MEMORY.md", "h2")
+        );
+        assert_eq!(s.get_chunks(&one).unwrap()[0].citation(), "MEMORY.md#L1-L1");
+
+        assert_eq!(s.remove_file("MEMORY.md").unwrap(), 1);
+        assert_eq!(s.count_chunks().unwrap(), 0);
+        assert!(s.file_state("MEMORY.md").unwrap().is_none());
+        assert_eq!(s.remove_file("MEMORY.md").unwrap(), 0);
+        assert!(s.integrity_check().unwrap().is_empty());
+    }
+
+    #[test]
+    fn chunks_with_a_bad_date_or_bad_vectors_write_nothing() {
+        let (_d, s) = open(4);
+        let v = unit(&[1.0, 0.0, 0.0, 0.0]);
+        for (at, chunks, vectors) in [
+            ("yesterday", vec![chunk("x")], v.clone()),
+            (AT, vec![chunk("x"), chunk("y")], v.clone()),
+            (AT, vec![chunk("x")], vec![f32::NAN; 4]),
+        ] {
+            let err = s
+                .add_chunks("manual", None, at, &chunks, &vectors)
+                .unwrap_err();
+            assert!(matches!(err, CoreError::InvalidInput(_)), "{err}");
+        }
+        assert_eq!(s.count_chunks().unwrap(), 0);
+        let ids = s
+            .add_chunks("chat:c1", Some("c1"), AT, &[chunk("x")], &v)
+            .unwrap();
+        assert_eq!(
+            s.get_chunks(&ids).unwrap()[0].chat_id.as_deref(),
+            Some("c1")
+        );
+    }
+}

@@ -6,12 +6,12 @@
 //! weighted RRF. The docs are a few hundred chunks, so both indexes live in memory,
 //! built from `doc_chunks`/`vec_docs` on the first search after open or a replace.
 
-use super::{bytes_f32, f32_bytes, Inner, Store};
+use super::{bytes_f32, f32_bytes, fetch_scored, Inner, Store};
 use crate::error::{CoreError, Result};
 use crate::keyword::KeywordIndex;
 use crate::search::{hybrid, int8_candidates, rescore, FusionParams};
 use crate::vindex::VectorIndex;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use std::collections::HashMap;
 
 /// The docs' search indexes, derived from the tables.
@@ -218,41 +218,36 @@ impl Store {
 }
 
 fn fetch_docs(r: &Connection, scored: &[(i64, f64)]) -> Result<Vec<DocHit>> {
-    let mut st = r.prepare_cached(
+    fetch_scored(
+        r,
         "SELECT file, section, content, chunk, start_line, end_line, version FROM doc_chunks \
          WHERE id = ?1",
-    )?;
-    let mut hits = Vec::with_capacity(scored.len());
-    for &(id, score) in scored {
-        let row = st
-            .query_row([id], |r| {
-                Ok(DocHit {
-                    id,
-                    file: r.get(0)?,
-                    section: r.get(1)?,
-                    content: r.get(2)?,
-                    chunk: r.get(3)?,
-                    start_line: r.get(4)?,
-                    end_line: r.get(5)?,
-                    version: r.get(6)?,
-                    score,
-                })
+        scored,
+        |r, id, score| {
+            Ok(DocHit {
+                id,
+                file: r.get(0)?,
+                section: r.get(1)?,
+                content: r.get(2)?,
+                chunk: r.get(3)?,
+                start_line: r.get(4)?,
+                end_line: r.get(5)?,
+                version: r.get(6)?,
+                score,
             })
-            .optional()?;
-        hits.extend(row);
-    }
-    Ok(hits)
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::testing;
 
     const DIM: usize = 4;
 
     fn unit(v: [f32; DIM]) -> Vec<f32> {
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter().map(|x| x / n).collect()
+        testing::unit(&v)
     }
 
     fn chunk(file: &str, i: i64, section: &str, content: &str) -> DocChunk {
@@ -267,9 +262,7 @@ mod tests {
     }
 
     fn open() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(&dir.path().join("klaw.db"), DIM, 1).unwrap();
-        (dir, s)
+        testing::open(DIM)
     }
 
     fn docs() -> (Vec<DocChunk>, Vec<f32>) {

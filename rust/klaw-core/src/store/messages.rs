@@ -146,3 +146,80 @@ pub fn fts5_or_query(text: &str) -> String {
         .collect::<Vec<_>>()
         .join(" OR ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing::open;
+
+    fn msg(id: &str, chat_id: &str, role: &str, content: &str, at: &str) -> MessageRow {
+        MessageRow {
+            id: id.into(),
+            channel: "telegram".into(),
+            chat_id: chat_id.into(),
+            role: role.into(),
+            kind: None,
+            content: content.into(),
+            metadata: None,
+            created_at: at.into(),
+        }
+    }
+
+    fn ids(rows: Vec<MessageRow>) -> Vec<String> {
+        rows.into_iter().map(|m| m.id).collect()
+    }
+
+    #[test]
+    fn messages_are_stored_once_and_read_back_in_log_order() {
+        let (_d, s) = open(4);
+        let rows = [
+            msg(
+                "m1",
+                "c1",
+                "user",
+                "hello about the garden",
+                "2026-01-01T10:00:00Z",
+            ),
+            msg(
+                "m2",
+                "c1",
+                "assistant",
+                "the garden needs water",
+                "2026-01-01T10:00:01Z",
+            ),
+            msg("m3", "c2", "user", "another chat", "2026-01-01T10:00:02Z"),
+        ];
+        assert_eq!(s.insert_messages(&rows).unwrap(), 3);
+        assert_eq!(s.insert_messages(&rows).unwrap(), 0); // redelivery is harmless
+        assert_eq!(s.count_messages().unwrap(), 3);
+
+        assert_eq!(
+            ids(s.recent_messages("c1", None, 20).unwrap()),
+            ["m1", "m2"]
+        );
+        assert_eq!(ids(s.recent_messages("c1", None, 1).unwrap()), ["m2"]);
+        let since = Some("2026-01-01T10:00:01Z");
+        assert_eq!(ids(s.recent_messages("c1", since, 20).unwrap()), ["m2"]);
+
+        let after = s.messages_after("c1", 0, 500).unwrap();
+        let got: Vec<_> = after.iter().map(|(_, m)| m.id.as_str()).collect();
+        assert_eq!(got, ["m1", "m2"]);
+        assert!(s.messages_after("c1", after[1].0, 500).unwrap().is_empty());
+        let mut heads = s.chat_heads().unwrap();
+        heads.sort();
+        assert_eq!(heads[0], ("c1".to_string(), after[1].0));
+        assert_eq!(heads[1].0, "c2");
+
+        assert_eq!(ids(s.search_messages("water", 20).unwrap()), ["m2"]);
+        assert!(s.search_messages("!!!", 20).unwrap().is_empty());
+    }
+
+    #[test]
+    fn free_text_becomes_an_fts5_query_of_quoted_words() {
+        assert_eq!(
+            fts5_or_query("where's the \"key\"? NEAR(x"),
+            "\"where\" OR \"s\" OR \"the\" OR \"key\" OR \"NEAR\" OR \"x\""
+        );
+        assert_eq!(fts5_or_query("?! --"), "");
+    }
+}

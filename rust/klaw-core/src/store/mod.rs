@@ -401,6 +401,23 @@ impl Store {
     }
 }
 
+/// The rows of the `scored` ids in their order, each made by `map` from its row, id
+/// and score; an id without a row (deleted since it was ranked) is left out. `sql`
+/// selects one row by `?1`. Memory and docs hits are both fetched this way.
+fn fetch_scored<T>(
+    conn: &Connection,
+    sql: &str,
+    scored: &[(i64, f64)],
+    map: impl Fn(&rusqlite::Row<'_>, i64, f64) -> rusqlite::Result<T>,
+) -> Result<Vec<T>> {
+    let mut st = conn.prepare_cached(sql)?;
+    let mut out = Vec::with_capacity(scored.len());
+    for &(id, score) in scored {
+        out.extend(st.query_row([id], |r| map(r, id, score)).optional()?);
+    }
+    Ok(out)
+}
+
 /// Hands freed heap back to the OS after bulk work (loading 100k rows leaves
 /// megabytes of freed strings that glibc would otherwise keep resident).
 pub fn trim_heap() {
@@ -447,4 +464,33 @@ fn load_vec_chunks(c: &Connection, dim: usize, ix: &mut VectorIndex) -> Result<b
         }
     }
     Ok(true)
+}
+
+/// What the parts' tests share: a store in a temporary directory, plain chunks, vectors.
+#[cfg(test)]
+mod testing {
+    use super::{NewChunk, Store};
+
+    pub fn open(dim: usize) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("klaw.db"), dim, 1).unwrap();
+        (dir, s)
+    }
+
+    /// A chunk of no file lines and no heading, its text as its hash.
+    pub fn chunk(text: &str) -> NewChunk {
+        NewChunk {
+            content: text.into(),
+            start_line: None,
+            end_line: None,
+            heading: None,
+            chunk_hash: text.into(),
+        }
+    }
+
+    /// `v` scaled to length 1.
+    pub fn unit(v: &[f32]) -> Vec<f32> {
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    }
 }

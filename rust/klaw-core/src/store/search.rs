@@ -1,7 +1,7 @@
 //! Archival memory's reads: vector, keyword and hybrid search with their filters, and
 //! the hits they return.
 
-use super::{f32_bytes, Inner, MemIndex, Store, CHAT_SOURCE_PREFIX};
+use super::{f32_bytes, fetch_scored, Inner, MemIndex, Store, CHAT_SOURCE_PREFIX};
 use crate::error::{CoreError, Result};
 use crate::search::{hybrid_terms, int8_candidates, rescore, FusionParams};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -215,30 +215,25 @@ impl Store {
 
     fn fetch(inner: &Inner, scored: &[(i64, f64)]) -> Result<Vec<Hit>> {
         let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
-        let mut st = r.prepare_cached(
+        fetch_scored(
+            &r,
             "SELECT c.content, COALESCE(f.path, c.source), c.chat_id, c.start_line, c.end_line, c.heading, \
              c.created_at FROM memory_chunks c LEFT JOIN files f ON c.file_id = f.id WHERE c.id = ?1",
-        )?;
-        let mut hits = Vec::with_capacity(scored.len());
-        for &(id, score) in scored {
-            let row = st
-                .query_row([id], |r| {
-                    Ok(Hit {
-                        id,
-                        content: r.get(0)?,
-                        source: r.get(1)?,
-                        chat_id: r.get(2)?,
-                        start_line: r.get(3)?,
-                        end_line: r.get(4)?,
-                        heading: r.get(5)?,
-                        created_at: r.get(6)?,
-                        score,
-                    })
+            scored,
+            |r, id, score| {
+                Ok(Hit {
+                    id,
+                    content: r.get(0)?,
+                    source: r.get(1)?,
+                    chat_id: r.get(2)?,
+                    start_line: r.get(3)?,
+                    end_line: r.get(4)?,
+                    heading: r.get(5)?,
+                    created_at: r.get(6)?,
+                    score,
                 })
-                .optional()?;
-            hits.extend(row);
-        }
-        Ok(hits)
+            },
+        )
     }
 
     pub fn get_chunks(&self, ids: &[i64]) -> Result<Vec<Hit>> {
@@ -294,20 +289,10 @@ fn read_vector(c: &Connection, id: i64, buf: &mut [u8]) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::NewChunk;
+    use crate::store::testing::{chunk, open, unit};
     use std::sync::mpsc;
     use std::sync::Arc;
     use std::time::Duration;
-
-    fn chunk(text: &str) -> NewChunk {
-        NewChunk {
-            content: text.into(),
-            start_line: None,
-            end_line: None,
-            heading: None,
-            chunk_hash: text.into(),
-        }
-    }
 
     fn hit(source: &str, lines: Option<(i64, i64)>, heading: Option<&str>) -> Hit {
         Hit {
@@ -334,6 +319,20 @@ mod tests {
         assert_eq!(one.citation(), "chat:telegram_1 2026-02-24 msg m7");
         // A round without ids is cited by its source alone (the Python copy raised).
         assert_eq!(hit("chat:x", None, Some(" ")).citation(), "chat:x");
+    }
+
+    #[test]
+    fn hits_come_in_the_order_asked_without_unknown_ids() {
+        let (_d, s) = open(4);
+        let v = [unit(&[1.0, 0.0, 0.0, 0.0]), unit(&[0.0, 1.0, 0.0, 0.0])].concat();
+        let at = "2026-01-01T00:00:00Z";
+        let ids = s
+            .add_chunks("manual", None, at, &[chunk("first"), chunk("second")], &v)
+            .unwrap();
+        let hits = s.get_chunks(&[ids[1], 999, ids[0]]).unwrap();
+        let got: Vec<_> = hits.iter().map(|h| (h.id, h.content.as_str())).collect();
+        assert_eq!(got, [(ids[1], "second"), (ids[0], "first")]);
+        assert_eq!(hits[0].source, "manual");
     }
 
     /// A search, a keyword search and a read of `meta` finish while another thread is

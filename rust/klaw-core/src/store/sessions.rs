@@ -53,3 +53,34 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::store::testing::open;
+
+    #[test]
+    fn a_session_keeps_its_creation_and_a_summary_file_is_recorded_once() {
+        let (_d, s) = open(4);
+        let (day1, day2) = ("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z");
+        s.upsert_session("c1", "glm/glm-5", day1, day1).unwrap();
+        s.upsert_session("c1", "deepseek/deepseek-chat", day2, day2)
+            .unwrap();
+        let (model, start, created) = s.get_session("c1").unwrap().unwrap();
+        assert_eq!(
+            (model.as_str(), start.as_str(), created.as_str()),
+            ("deepseek/deepseek-chat", day2, day1)
+        );
+        assert_eq!(s.get_session("nope").unwrap(), None);
+
+        let first = "summaries/c1/0001.md";
+        s.add_summary("c1", Some("m1"), Some("m9"), first, day1)
+            .unwrap();
+        s.add_summary("c1", Some("m1"), Some("m12"), first, day2)
+            .unwrap();
+        s.add_summary("c1", None, None, "summaries/c1/0002.md", day2)
+            .unwrap();
+        let stats = s.stats().unwrap();
+        assert!(stats.contains(&("summaries".to_string(), 2)), "{stats:?}");
+        assert!(stats.contains(&("sessions".to_string(), 1)), "{stats:?}");
+    }
+}
