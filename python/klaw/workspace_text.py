@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["has_tasks", "strip_frontmatter", "workspace_text"]
+__all__ = ["has_items", "has_tasks", "strip_frontmatter", "workspace_text"]
 
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+# A Markdown list item with some text: "- x", "* x", "+ x", "1. x", "2) x", "- [ ] x".
+_ITEM = re.compile(r"(?:[-*+]|\d{1,9}[.)])\s+(?!\[[ xX]\]\s*$)\S")
 
 
 def strip_frontmatter(text: str) -> str:
@@ -40,5 +42,19 @@ def has_tasks(text: str) -> bool:
     for line in _COMMENT.sub("", workspace_text(text)).splitlines():
         stripped = line.strip()
         if stripped and not stripped.startswith(("#", "```")):
+            return True
+    return False
+
+
+def has_items(text: str) -> bool:
+    """Whether a checklist has at least one list item with text, outside comments and
+    fenced code: prose, headings and comments alone ask for nothing (HEARTBEAT.md,
+    whose every run wakes the model)."""
+    fenced = False
+    for line in _COMMENT.sub("", workspace_text(text)).splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and _ITEM.match(stripped):
             return True
     return False

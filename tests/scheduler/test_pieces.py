@@ -90,7 +90,7 @@ def test_heartbeat_file_variants(tmp_path: Path) -> None:
     assert spec.inject_into == "telegram_1" and "- mail" in spec.message
     assert '{"silent": true' in spec.message
     with pytest.raises(JobError, match=r"HEARTBEAT\.md has 30000 characters"):
-        heartbeat_spec("x" * 30000, cfg, "UTC")
+        heartbeat_spec("- " + "x" * 29998, cfg, "UTC")
 
 
 @pytest.mark.parametrize(

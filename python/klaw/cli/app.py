@@ -331,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="JSON output")
     sp = cmd(ssub, "add", "Add a job; prints its next three run times.", _schedule)
     sp.set_defaults(schedule_action="add")
-    sp.add_argument("name", help="lowercase letters, digits, '-', '_'")
+    sp.add_argument("name", help="letters (any script), digits, '-', '_': 早报, weather")
     sp.add_argument("cron", help="Quartz ('0 0 8 ? * MON-FRI') or crontab ('0 8 * * 1-5')")
     sp.add_argument("message", help="the task the background agent gets at each run")
     sp.add_argument("--model", help="default: routing.tasks.subagent")
@@ -350,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="JSON output")
     sp = cmd(ssub, "run", "Run a job once now (its schedule is unchanged).", _schedule)
     sp.set_defaults(schedule_action="run")
+    sp.add_argument("name")
+    sp = cmd(ssub, "pause", "Stop a job's schedule; it stays stored.", _schedule)
+    sp.set_defaults(schedule_action="pause")
+    sp.add_argument("name")
+    sp = cmd(ssub, "resume", "Start a paused job's schedule again from now.", _schedule)
+    sp.set_defaults(schedule_action="resume")
     sp.add_argument("name")
 
     skl = sub.add_parser(

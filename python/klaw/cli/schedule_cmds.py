@@ -1,4 +1,5 @@
-"""`klaw schedule list | add | remove | history | run`: jobs, through the engine.
+"""`klaw schedule list | add | remove | history | run | pause | resume`: jobs, through
+the engine.
 
 The engine owns scheduler.db; these commands ask it over the socket and say so
 plainly when it is not running.
@@ -10,7 +11,7 @@ import asyncio
 import sys
 
 from klaw.paths import KlawPaths
-from klaw.wire.protocol import Schedule, ScheduleResult
+from klaw.wire.protocol import Schedule, ScheduledJob, ScheduleResult
 
 __all__ = ["schedule"]
 
@@ -47,9 +48,10 @@ def schedule(req: Schedule, *, json_out: bool = False) -> int:
         if not got.jobs:
             print("no scheduled jobs")
         for job in got.jobs:
-            nxt = job.next_run.isoformat(timespec="seconds") if job.next_run else "never"
             state = " (running)" if job.running else ""
-            print(f"{job.name:<20} {job.cron:<22} {job.timezone:<18} next {nxt}{state}")
+            print(f"{job.name:<20} {job.cron:<22} {job.timezone:<18} {_when(job)}{state}")
+            if job.title:
+                print(f"{'':<20} {job.title}")
             print(f"{'':<20} to {job.inject_into or 'log only'}: {_one_line(job.message)}")
     elif req.action == "add":
         job = got.jobs[0]
@@ -64,9 +66,18 @@ def schedule(req: Schedule, *, json_out: bool = False) -> int:
         for run in got.runs:
             tokens = f"{run.tokens_in}+{run.tokens_out} tok" if run.tokens_in else "-"
             print(f"{run.due}  {run.job:<20} {run.status:<11} {tokens:<14} {run.error or ''}")
+    elif req.action in ("pause", "resume"):
+        job = got.jobs[0]
+        print(f"{job.name}: {_when(job)}")
     elif req.action == "run" and got.due is not None:
         print(f"started {req.name} (due {got.due.isoformat(timespec='seconds')})")
     return 0
+
+
+def _when(job: ScheduledJob) -> str:
+    if job.paused:
+        return "paused"
+    return f"next {job.next_run.isoformat(timespec='seconds')}" if job.next_run else "next never"
 
 
 def _one_line(text: str, width: int = 70) -> str:

@@ -258,11 +258,32 @@ def _scheduling(
     scheduler = Scheduler(
         paths.scheduler_db, catch_up=timedelta(hours=config.scheduler.catch_up_hours)
     )
-    control = ScheduleControl(scheduler, config, memory, paths.conversations)
+    control = ScheduleControl(
+        scheduler, config, memory, paths.conversations, admitted=_gateway_admits(paths)
+    )
     outbox = Outbox(paths.outbox, server.deliver, memory)
     server.on_gateway.append(outbox.wake)
     server.scheduler = control
     return scheduler, control, outbox
+
+
+def _gateway_admits(paths: KlawPaths) -> Callable[[str], bool]:
+    """Whether the gateway's allowlist names a chat (gateway.yaml `allowedChatIds`, chats
+    approved with `klaw pair approve`), by the gateway's own rule, read when asked:
+    `injectInto` may name such a chat before it has written."""
+    from klaw.config import load_gateway_config
+    from klaw.gateway.access import Access, Approvals, Pairings
+
+    def admits(chat_id: str) -> bool:
+        try:
+            config = load_gateway_config(paths.gateway_config)
+            access = Access(config, Approvals(paths.approved_chats), Pairings(paths.pairing))
+            return access.listed(chat_id.partition("_")[0], chat_id)
+        except KlawError as exc:
+            log.warning("the gateway's allowlist could not be read for %s: %s", chat_id, exc)
+            return False
+
+    return admits
 
 
 async def _start_scheduler(

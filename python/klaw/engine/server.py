@@ -510,6 +510,9 @@ class EngineServer:
             )
         if req.action == "remove":
             return ScheduleResult(id=req.id, jobs=[_job(await control.remove(req.name), None)])
+        if req.action in ("pause", "resume"):
+            got = await control.pause(req.name, paused=req.action == "pause")
+            return ScheduleResult(id=req.id, jobs=[_job(got.spec, got.next_run)])
         return ScheduleResult(id=req.id, due=await control.run(req.name))
 
     async def _status(self, req: Status) -> StatusResult:
@@ -657,4 +660,6 @@ def _job(spec: JobSpec, next_run: datetime | None, running: bool = False) -> Sch
         daily_token_cap=spec.daily_token_cap,
         next_run=next_run,
         running=running,
+        title=spec.title,
+        paused=not spec.enabled,
     )

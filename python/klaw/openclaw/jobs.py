@@ -18,7 +18,7 @@ from typing import Any
 
 from klaw.cronexpr import MIN_EVERY_SECONDS
 from klaw.errors import InvalidInput
-from klaw.scheduler.jobs import HEARTBEAT, JobSpec
+from klaw.scheduler.jobs import HEARTBEAT, JobSpec, name_from
 
 __all__ = ["MappedJob", "job_name", "map_job"]
 
@@ -33,10 +33,10 @@ class MappedJob:
 
 
 def job_name(name: str, source_id: str, taken: set[str]) -> str:
-    """A Klaw job name (`[a-z0-9][a-z0-9_-]{0,63}`) from OpenClaw's display name."""
-    slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:48] or "job"
-    if not slug[0].isalnum():
-        slug = "j" + slug
+    """A Klaw job name from OpenClaw's display name, letters of any script kept
+    ("Russian words for João (Sundays)" → `russian-words-for-joão-sundays`); the
+    display name itself becomes the job's title."""
+    slug = name_from(name)
     if slug in (HEARTBEAT, "summaries", "boot-md"):
         slug = f"{slug}-openclaw"
     base, n = slug, 1
@@ -194,8 +194,10 @@ def map_job(
                 state = state if isinstance(state, dict) else {}
                 ran = " (it ran)" if state.get("lastRunAtMs") else ""
                 raise InvalidInput(f"its one-time run at {schedule[3:]} is past{ran}")
+        name = job_name(label, source_id, taken)
         spec = JobSpec(
-            name=job_name(label, source_id, taken),
+            name=name,
+            title=label if label != name else None,
             cron=schedule,
             message=message.strip(),
             timezone=tz,

@@ -18,6 +18,7 @@ from klaw.scheduler.ledger import Run
 from klaw.scheduler.summaries import SUMMARY_JOB
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from klaw.config import EngineConfig
@@ -53,11 +54,15 @@ class ScheduleControl:
         config: EngineConfig,
         memory: Memory | None,
         conversations: Path,
+        admitted: Callable[[str], bool] = lambda _chat: False,
     ) -> None:
         self.scheduler = scheduler
         self.config = config
         self.memory = memory
         self.conversations = conversations
+        #: Whether the gateway's allowlist admits a chat (gateway.yaml `allowedChatIds`,
+        #: approved chats): such a chat is a target before it has written.
+        self.admitted = admitted
 
     @property
     def default_zone(self) -> str:
@@ -126,14 +131,16 @@ class ScheduleControl:
             self._known_chat, spec.inject_into
         ):
             raise JobError(
-                f"unknown chat {spec.inject_into!r}: Klaw has not talked in it yet "
-                "(injectInto must be a chat that has written to Klaw)"
+                f"unknown chat {spec.inject_into!r}: Klaw has not talked in it yet and the "
+                "gateway's allowlist does not admit it (injectInto must be a chat that has "
+                "written to Klaw, or one in gateway.yaml allowedChatIds or approved with "
+                "`klaw pair approve`)"
             )
 
     def _known_chat(self, chat_id: str) -> bool:
         if self.memory is not None and self.memory.store.get_session(chat_id) is not None:
             return True
-        return (self.conversations / chat_id).is_dir()
+        return (self.conversations / chat_id).is_dir() or self.admitted(chat_id)
 
     async def remove(self, name: str, *, owner: bool = True) -> JobSpec:
         """Removes a job. The built-in ones are the owner's (`owner` False: the model's
@@ -147,6 +154,16 @@ class ScheduleControl:
 
     async def jobs(self) -> list[Scheduled]:
         return await self.scheduler.jobs()
+
+    async def pause(self, name: str, paused: bool = True) -> Scheduled:
+        """`klaw schedule pause|resume`: the heartbeat stays paused across HEARTBEAT.md
+        edits; the summaries job follows engine.yaml."""
+        if name == SUMMARY_JOB:
+            raise JobError(
+                f"{SUMMARY_JOB!r} follows engine.yaml: set summarization.enabled "
+                "(or summarization.cron) there instead"
+            )
+        return await self.scheduler.pause(name, paused)
 
     async def history(self, name: str | None, limit: int = 20) -> list[Run]:
         if name is not None:

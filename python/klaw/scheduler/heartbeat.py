@@ -3,21 +3,23 @@
 The workspace's HEARTBEAT.md is a checklist the agent walks on a schedule
 (`scheduler.heartbeat.cron`, hourly by default) as a subagent with its own short
 history: never the owner's conversation. The job is (re)made at engine start and
-whenever the file changes; a file that is missing, empty or only headings and
-comments (OpenClaw's template) removes it. The model is told to answer with the
-silent JSON when nothing needs the owner.
+whenever the file changes. Only a checklist with items makes it: a file that is
+missing, empty, or holds only prose, headings and comments (`klaw init`'s template,
+OpenClaw's) removes it, since every run wakes the model (~2,000 prompt tokens) for
+nothing. The model is told to answer with the silent JSON when nothing needs the owner.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from klaw.scheduler.jobs import HEARTBEAT, MAX_MESSAGE_CHARS, JobError, JobSpec
-from klaw.workspace_text import has_tasks, workspace_text
+from klaw.workspace_text import has_items, workspace_text
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
@@ -43,7 +45,7 @@ Otherwise reply with a short message for the user: only what needs their attenti
 def heartbeat_spec(text: str | None, config: EngineConfig, zone: str) -> JobSpec | None:
     """The job for HEARTBEAT.md's `text` (None: no job). Raises `JobError` when the
     file is too long to be a checklist or the config's heartbeat keys are wrong."""
-    if text is None or not has_tasks(text):
+    if text is None or not has_items(text):
         return None
     message = PROMPT.format(checklist=workspace_text(text))
     if len(message) > MAX_MESSAGE_CHARS:
@@ -82,6 +84,8 @@ async def sync_heartbeat(scheduler: Scheduler, path: Path, config: EngineConfig,
         log.error("%s: %s; the heartbeat job is left as it was", path, exc)
         return "unchanged"
     current = await scheduler.get(HEARTBEAT)
+    if spec is not None and current is not None and not current.enabled:
+        spec = dataclasses.replace(spec, enabled=False)  # paused by the owner: stays so
     if spec is None:
         if current is None:
             return "unchanged"

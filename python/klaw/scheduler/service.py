@@ -15,6 +15,7 @@ The scheduler never calls a model: a run is `RunJob(spec, due)`, the engine's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from apscheduler.executors.base import BaseExecutor
 
 from klaw.scheduler.cron import CronTrigger
 from klaw.scheduler.health import set_aside_if_damaged
-from klaw.scheduler.jobs import JobError, JobSpec, check_name
+from klaw.scheduler.jobs import JobError, JobSpec, check_name, job_chat
 from klaw.scheduler.jobstate import HANDLER
 from klaw.scheduler.ledger import Ledger, Run
 
@@ -181,6 +182,7 @@ class Scheduler:
                 raise JobError(
                     f"a job named {spec.name!r} exists; remove it first or pick another name"
                 )
+            _check_folder(spec, [JobSpec.from_data(j.kwargs) for j in aps.get_jobs()])
             _store(aps, spec, replace=True)
         log.info("job %s added: %s (%s)", spec.name, spec.cron, spec.timezone)
         return times
@@ -207,6 +209,27 @@ class Scheduler:
             running.add_done_callback(lambda _t: self.ledger.forget(name))
         log.info("job %s removed", name)
         return JobSpec.from_data(job.kwargs)
+
+    async def pause(self, name: str, paused: bool = True) -> Scheduled:
+        """Stops (or with `paused` False, restarts) a job's schedule; it stays stored.
+        Resumed, it runs from its next time after now: due times missed while it was
+        paused are not caught up."""
+        aps = self._require()
+        check_name(name)
+        async with self._lock:
+            job = aps.get_job(name)
+            if job is None:
+                raise JobError(f"no job named {name!r}")
+            spec = JobSpec.from_data(job.kwargs)
+            if spec.enabled == (not paused):
+                return Scheduled(spec, job.next_run_time)
+            if not paused and not spec.next_times(1):
+                raise JobError(f"job {name!r}: {spec.cron!r} never fires again; remove it")
+            spec = dataclasses.replace(spec, enabled=not paused)
+            _store(aps, spec, replace=True)
+            job = aps.get_job(name)
+        log.info("job %s %s", name, "paused" if paused else "resumed")
+        return Scheduled(spec, None if job is None else job.next_run_time)
 
     async def get(self, name: str) -> JobSpec | None:
         job = self._require().get_job(name)
@@ -301,6 +324,17 @@ class _Executor(BaseExecutor):  # type: ignore[misc]
             asyncio.get_running_loop().call_soon(self._run_job_success, job.id, [])
 
 
+def _check_folder(spec: JobSpec, stored: list[JobSpec]) -> None:
+    """Two jobs never share a log folder (names differing only in case or width)."""
+    for other in stored:
+        if other.name != spec.name and other.chat == spec.chat:
+            raise JobError(
+                f"job name {spec.name!r} would share the log folder {spec.chat!r} of the job "
+                f"{other.name!r} (names that differ only in case or width share one); "
+                "pick another name"
+            )
+
+
 def _store(aps: Any, spec: JobSpec, *, replace: bool) -> None:
     """`spec` as an APScheduler job: its data as the handler's kwargs (no code stored);
     a disabled job is stored paused (no next run time)."""
@@ -319,10 +353,8 @@ def _store(aps: Any, spec: JobSpec, *, replace: bool) -> None:
 def store_jobs(db: Path, specs: list[JobSpec]) -> list[tuple[JobSpec, str]]:
     """Adds `specs` to scheduler.db without running anything (`klaw import`, with the
     engine stopped). Per spec: "added", "exists" (its `origin` is stored already) or why
-    it was not added. A name taken by another job gets a suffix (`-2`, `-3`). The next
-    engine start schedules them like any job."""
-    import dataclasses
-
+    it was not added. A name taken by another job (or its log folder) gets a suffix
+    (`-2`, `-3`). The next engine start schedules them like any job."""
     from apscheduler.schedulers.background import BackgroundScheduler
 
     from klaw.scheduler.store import SqliteJobStore
@@ -333,14 +365,16 @@ def store_jobs(db: Path, specs: list[JobSpec]) -> list[tuple[JobSpec, str]]:
     try:
         stored = [JobSpec.from_data(j.kwargs) for j in aps.get_jobs()]
         origins = {s.origin for s in stored if s.origin}
-        names = {s.name for s in stored} | {"heartbeat", "summaries", "boot-md"}
+        chats = {s.chat for s in stored} | {
+            job_chat(n) for n in ("heartbeat", "summaries", "boot-md")
+        }
         out: list[tuple[JobSpec, str]] = []
         for spec in specs:
             if spec.origin and spec.origin in origins:
                 out.append((spec, "exists"))
                 continue
             base, n = spec.name, 2
-            while spec.name in names:
+            while spec.chat in chats:
                 spec = dataclasses.replace(spec, name=f"{base[:60]}-{n}")
                 n += 1
             try:
@@ -350,7 +384,7 @@ def store_jobs(db: Path, specs: list[JobSpec]) -> list[tuple[JobSpec, str]]:
             except JobError as exc:
                 out.append((spec, str(exc)))
                 continue
-            names.add(spec.name)
+            chats.add(spec.chat)
             if spec.origin:
                 origins.add(spec.origin)
             out.append((spec, "added"))

@@ -18,7 +18,14 @@ if TYPE_CHECKING:
 
 __all__ = ["ScheduleAdd", "ScheduleList", "ScheduleRemove", "SubagentSpawn", "schedule_tools"]
 
-_NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}
+# Checked by the scheduler (any script's letters): a JSON Schema pattern with \p{L}
+# is not understood by every provider's validator.
+_NAME = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 64,
+    "description": "letters (any script), digits, '-' or '_', e.g. 'weather' or '早报'",
+}
 _CHAT = {"type": "string", "minLength": 3, "maxLength": 200}
 
 
@@ -51,11 +58,11 @@ class ScheduleList(_ScheduleTool):
         for job in jobs:
             spec = job.spec
             nxt = job.next_run.astimezone(spec.zone()).isoformat() if job.next_run else "never"
-            if not spec.enabled:
-                nxt = "paused (imported disabled)"
+            when = "paused" if not spec.enabled else f"next {nxt}"
+            title = f'"{spec.title}", ' if spec.title else ""
             target = spec.inject_into or "log only"
             lines.append(
-                f"- {spec.name}: '{spec.cron}' ({spec.timezone}), next {nxt}, to {target}: "
+                f"- {spec.name}: {title}'{spec.cron}' ({spec.timezone}), {when}, to {target}: "
                 f"{spec.message[:120]}"
             )
         return "\n".join(lines)

@@ -428,7 +428,7 @@ class Schedule(_Model):
 
     type: Literal["schedule"] = "schedule"
     id: str = Field(default_factory=new_id)
-    action: Literal["list", "add", "remove", "history", "run"]
+    action: Literal["list", "add", "remove", "history", "run", "pause", "resume"]
     name: str | None = None
     cron: str | None = None
     message: str | None = None
@@ -452,6 +452,8 @@ class ScheduledJob(_Model):
     daily_token_cap: int | None = None
     next_run: AwareDatetime | None = None
     running: bool = False
+    title: str | None = None  # an imported job's original name
+    paused: bool = False
 
 
 class JobRun(_Model):
