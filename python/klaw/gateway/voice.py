@@ -27,6 +27,7 @@ import aiohttp
 
 from klaw.config import TranscriptionConfig
 from klaw.errors import KlawError
+from klaw.redaction import redact
 from klaw.wire.protocol import Attachment, Inbound
 
 __all__ = ["NOT_CONFIGURED", "Transcriber", "TranscriptionError", "is_audio"]
@@ -152,7 +153,8 @@ class Transcriber:
                 if response.status != 200:
                     raise TranscriptionError(f"the provider answered HTTP {response.status}")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TranscriptionError(f"the provider could not be reached: {exc}") from exc
+            reason = redact(str(exc), cfg.api_key)
+            raise TranscriptionError(f"the provider could not be reached: {reason}") from exc
         try:
             payload = json.loads(body)
             text = payload["text"]

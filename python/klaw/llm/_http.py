@@ -20,6 +20,7 @@ from klaw.llm.errors import (
     ProviderTimeout,
     TruncatedStream,
 )
+from klaw.redaction import redact
 
 MAX_MESSAGE = 300  # provider explanations are shown in logs and to the owner: keep them short
 #: The longest SSE line (and event) read: a chunk of an answer is a few KiB, a whole
@@ -167,13 +168,6 @@ class HttpClient:
                 else f"no complete answer within {self._timeout_s:g} s"
             )
             raise ProviderTimeout(what, provider=self.provider, model=model) from exc
-
-
-def redact(text: str, secret: str | None) -> str:
-    """`text` with `secret` blanked out (providers sometimes echo the key they rejected)."""
-    if secret:
-        text = text.replace(secret, "***")
-    return text
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:

@@ -21,7 +21,7 @@ import json
 from contextlib import aclosing
 from typing import Any
 
-from klaw.llm._http import HttpClient, parse_json, redact
+from klaw.llm._http import HttpClient, parse_json
 from klaw.llm.errors import MalformedResponse, ProviderError
 from klaw.llm.types import (
     DeltaCallback,
@@ -32,6 +32,7 @@ from klaw.llm.types import (
     ToolCall,
     Usage,
 )
+from klaw.redaction import redact
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicClient"]
 

@@ -36,7 +36,6 @@ from klaw.llm._http import (
     HttpClient,
     http_error,
     parse_json,
-    redact,
 )
 from klaw.llm.errors import ContentBlocked, MalformedResponse, ProviderError
 from klaw.llm.openai_compat import unique_call_id
@@ -50,6 +49,7 @@ from klaw.llm.types import (
     ToolSchema,
     Usage,
 )
+from klaw.redaction import redact
 
 __all__ = ["API_KEY_HEADER", "SKIP_SIGNATURE", "GeminiClient", "build_payload", "retry_delay"]
 

@@ -17,7 +17,6 @@ from typing import Any
 from klaw.llm._http import (
     HttpClient,
     parse_json,
-    redact,
 )
 from klaw.llm.errors import MalformedResponse, ProviderError
 from klaw.llm.types import (
@@ -29,6 +28,7 @@ from klaw.llm.types import (
     ToolCall,
     Usage,
 )
+from klaw.redaction import redact
 
 __all__ = ["OpenAICompatClient", "parse_tool_calls"]
 

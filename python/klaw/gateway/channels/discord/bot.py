@@ -27,6 +27,7 @@ from klaw.gateway.channels.base import (
     platform_id,
     storable,
 )
+from klaw.redaction import redact
 from klaw.retry import Backoff
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ class Bot:
             text = f"HTTP {exc.status} (code {exc.code}): {exc.text}"
         else:
             text = str(exc)
-        return f"{type(exc).__name__}: {text.replace(self._token, '<token>')}"
+        return f"{type(exc).__name__}: {redact(text, self._token, '<token>')}"
 
     def _platform_chat(self, chat_id: str) -> int:
         try:

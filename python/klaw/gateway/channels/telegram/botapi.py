@@ -44,6 +44,7 @@ from urllib.parse import quote
 import aiohttp
 
 from klaw.errors import KlawError
+from klaw.redaction import redact
 
 __all__ = [
     "BotApi",
@@ -297,7 +298,7 @@ class BotApi:
         return self._session
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._token, "<token>").replace(self._quoted, "<token>")
+        return redact(text, self._token, "<token>")
 
     def _network_error(self, method: str, exc: BaseException) -> BotApiNetworkError:
         if isinstance(exc, TimeoutError):

@@ -62,6 +62,7 @@ from klaw.gateway.channels.telegram.botapi import (
 )
 from klaw.gateway.channels.telegram.format import split_message, to_html, utf16_len, visible_text
 from klaw.gateway.channels.telegram.stream import telegram_previews
+from klaw.redaction import redact
 from klaw.retry import Backoff, retry
 from klaw.wire.protocol import (
     MAX_UPLOAD_BYTES,
@@ -779,7 +780,7 @@ class TelegramChannel:
         return f"{type(exc).__name__}: {self._redact(text)}"
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._token, "<token>")
+        return redact(text, self._token, "<token>")
 
     def _platform_chat(self, chat_id: str) -> int:
         try:
