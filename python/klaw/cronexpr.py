@@ -215,6 +215,8 @@ _EVERY = re.compile(r"^every\s+((?:\d+[smhd])+)(?:\s+from\s+(\S+))?$", re.IGNORE
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 #: The shortest interval: a job wakes a model, so a typo like `every 5s` must not burn tokens.
 MIN_EVERY_SECONDS: Final = 60
+#: The longest: 100 years (a longer one never fires, and could not be counted in time).
+MAX_EVERY_DAYS: Final = 36500
 
 
 def _times(
@@ -245,7 +247,10 @@ class Every:
         if after < anchor:
             return anchor.astimezone(tz)
         steps = int((after - anchor).total_seconds() // self.seconds) + 1
-        return (anchor + timedelta(seconds=steps * self.seconds)).astimezone(tz)
+        try:
+            return (anchor + timedelta(seconds=steps * self.seconds)).astimezone(tz)
+        except OverflowError:  # past the year 9999: no later time
+            return None
 
     def next_times(
         self, tz: tzinfo, count: int = 3, after: datetime | None = None
@@ -275,12 +280,16 @@ Schedule = Cron | Every | At
 
 def _iso_time(text: str, what: str) -> datetime:
     try:
-        return datetime.fromisoformat(text)
+        when = datetime.fromisoformat(text)
     except ValueError:
         raise CronError(
             f"{what} {text!r} is not an ISO date-time such as 2026-12-01T09:00 "
             "(or 2026-12-01T09:00+01:00)"
         ) from None
+    low, high = _QUARTZ[-1].low, _QUARTZ[-1].high  # the years a cron expression may name
+    if not low <= when.year <= high:
+        raise CronError(f"{what} {text!r}: a year from {low} to {high}")
+    return when
 
 
 def parse_schedule(expr: str) -> Schedule:
@@ -302,6 +311,8 @@ def parse_schedule(expr: str) -> Schedule:
         )
         if seconds < MIN_EVERY_SECONDS:
             raise CronError(f"interval {text!r}: at least every {MIN_EVERY_SECONDS} seconds")
+        if seconds > MAX_EVERY_DAYS * _UNITS["d"]:
+            raise CronError(f"interval {text!r}: at most every {MAX_EVERY_DAYS} days (100 years)")
         anchor = _iso_time(m.group(2), "start time") if m.group(2) else None
         return Every(text, seconds, anchor)
     if low.startswith("at ") or low == "at":

@@ -57,6 +57,10 @@ def test_a_one_time_schedule_fires_once() -> None:
         ("every", "every 30m"),
         ("every 30 minutes", "units s, m, h, d"),
         ("every 10s", "at least every 60 seconds"),
+        ("every 99999999999999999999d", "at most every 36500 days"),  # was an OverflowError
+        ("every 36501d", "at most every 36500 days"),
+        ("every 1d from 9999-12-31T23:00", "a year from 1970 to 2199"),
+        ("at 0001-01-01T00:00", "a year from 1970 to 2199"),
         ("every 1h from tomorrow", "not an ISO date-time"),
         ("at noon", "not an ISO date-time"),
         ("", "empty schedule"),
@@ -65,6 +69,14 @@ def test_a_one_time_schedule_fires_once() -> None:
 def test_bad_schedules_say_what_is_wrong(text: str, says: str) -> None:
     with pytest.raises(CronError, match=says):
         parse_schedule(text)
+
+
+def test_the_longest_interval_from_the_latest_start_still_has_fire_times() -> None:
+    every = parse_schedule("every 36500d from 2199-12-31T23:59")
+    assert isinstance(every, Every)
+    times = every.next_times(BERLIN, 3, datetime(2026, 1, 1, tzinfo=UTC))
+    assert [t.year for t in times] == [2199, 2299, 2399]
+    assert every.next_after(datetime(9995, 1, 1, tzinfo=UTC), BERLIN) is None  # none past 9999
 
 
 def test_the_trigger_pickles_every_kind_as_text() -> None:
