@@ -228,3 +228,15 @@ def test_only_a_checklist_with_items_makes_a_heartbeat(
     assert (spec is not None) == job
     if spec is not None:
         assert dataclasses.asdict(spec)["kind"] == "heartbeat"
+
+
+def test_storing_jobs_with_the_engine_stopped_logs_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`klaw import` stores jobs through a paused APScheduler; stopping it woke its
+    thread once more on the closed store: "Error getting due jobs … not started"."""
+    db = tmp_path / "scheduler.db"
+    for i in range(5):
+        spec = JobSpec(name=f"job-{i}", cron="0 0 8 * * ?", message="m", timezone="UTC")
+        assert store_jobs(db, [spec]) == [(spec, "added")]
+    assert [r.getMessage() for r in caplog.records if r.levelname != "INFO"] == []

@@ -63,9 +63,13 @@ class SqliteJobStore(BaseJobStore):  # type: ignore[misc]
         return jobs[0] if jobs else None
 
     def get_due_jobs(self, now: datetime) -> list[Job]:
+        if self._db is None:  # shut down: a stopping scheduler's thread looks once more
+            return []
         return self._jobs("WHERE next_run_time <= ?", (datetime_to_utc_timestamp(now),))
 
     def get_next_run_time(self) -> datetime | None:
+        if self._db is None:
+            return None
         row = self._one(
             "SELECT next_run_time FROM apscheduler_jobs WHERE next_run_time IS NOT NULL "
             "ORDER BY next_run_time LIMIT 1",
