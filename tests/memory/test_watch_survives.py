@@ -1,6 +1,7 @@
-"""The memory watcher outlives what code_execute leaves in the workspace (hostile 14):
-a file name that is not UTF-8 in /output made watchfiles raise, the watcher ended for
-good, and later MEMORY.md edits were not indexed until a restart."""
+"""The memory watcher outlives odd file names in the workspace (hostile 14): a file
+name that is not UTF-8 in /output made watchfiles raise, the watcher ended for good,
+and later MEMORY.md edits were not indexed until a restart; such a name under memory/
+made every indexing pass fail (the store takes UTF-8 labels only)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,34 @@ async def test_a_non_utf8_file_name_does_not_stop_memory_edits_being_indexed(
         (ws / "memory").mkdir()
         (ws / "memory" / "2026-03-01.md").write_text("Booked a table at Mirabelle.\n")
         await _indexed(reports, "memory/2026-03-01.md")
+        assert not task.done()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_a_memory_note_whose_name_is_not_utf8_is_skipped_and_the_rest_indexed(
+    memory: Memory, klaw_home: KlawPaths, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = klaw_home.workspace
+    (ws / "memory").mkdir()
+    (ws / "MEMORY.md").write_text("The bicycle lock code is 4821.\n")
+    reports: asyncio.Queue[IndexReport] = asyncio.Queue()
+    watcher = MemoryWatcher(memory, debounce_ms=100, on_indexed=reports.put_nowait)
+    stop = asyncio.Event()
+    caplog.set_level(logging.WARNING, logger="klaw.memory")
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        await _indexed(reports, "MEMORY.md")
+        with open(os.fsencode(ws / "memory") + b"/\xff-llamas.md", "wb") as f:
+            f.write(b"Notes about llamas.\n")
+        (ws / "memory" / "2026-03-01.md").write_text("Booked a table at Mirabelle.\n")
+        await _indexed(reports, "memory/2026-03-01.md")
+        (ws / "MEMORY.md").write_text("The bicycle lock code is 1234.\n")
+        await _indexed(reports, "MEMORY.md")
+        assert "1234" in memory.search("bicycle lock code", top_k=1)[0].content
+        assert [f.path for f in memory.store.list_files() if "llamas" in f.path] == []
+        assert "not indexed: memory/\\xff-llamas.md: the name is not valid UTF-8" in caplog.text
         assert not task.done()
     finally:
         stop.set()

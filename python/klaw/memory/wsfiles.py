@@ -1,5 +1,6 @@
 """The workspace's memory files (MEMORY.md, memory/**/*.md), reached as the file tools
-reach the workspace (`klaw.confined`).
+reach the workspace (`klaw.confined`). A file whose name is not UTF-8 is skipped and
+logged (no label could name it); the others are indexed as usual.
 
 A symlink that resolves inside the workspace is followed; one that leads out (to a
 host file such as ~/.ssh/id_rsa) is skipped and logged: what `file_read` refuses must
@@ -51,14 +52,23 @@ def memory_files(workspace: Path) -> list[Path]:
     real_root = os.path.realpath(workspace)
     kept = []
     for path in found:
-        if _inside(real_root, path):
-            kept.append(path)
+        shown = _below(workspace, path) or str(path)
+        if not _inside(real_root, path):
+            log.warning("not indexed: %s leads outside the workspace through a symlink", shown)
+        elif not _utf8(shown):  # a label the store (and every reader) can take
+            shown = os.fsencode(shown).decode("utf-8", "backslashreplace")
+            log.warning("not indexed: %s: the name is not valid UTF-8; rename it", shown)
         else:
-            log.warning(
-                "not indexed: %s leads outside the workspace through a symlink",
-                _below(workspace, path) or path,
-            )
+            kept.append(path)
     return kept
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes of the name, kept as surrogates
+        return False
+    return True
 
 
 def open_for_index(workspace: Path, path: Path) -> int:
