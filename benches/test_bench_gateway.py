@@ -274,7 +274,7 @@ def _fs_type(path: Path) -> str:
 
 
 def _klaw_checks(run: _Run) -> None:
-    from klaw.memory.jsonl import chat_files, read_jsonl
+    from klaw.wire.logfile import chat_files, read_jsonl
 
     _check(run, html=True)
     gw = run.gateway

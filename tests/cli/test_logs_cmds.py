@@ -16,8 +16,8 @@ from klaw.cli import logs_cmds
 from klaw.cli.app import app
 from klaw.cli.testing import CliRunner
 from klaw.memory.core import CoreMemory
-from klaw.memory.jsonl import JsonlWriter, Record, encode_record
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import JsonlWriter, Record, encode_record
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 from klaw.cli import usage_cmds
 from klaw.cli.app import app
 from klaw.cli.testing import CliRunner, Result
-from klaw.memory.jsonl import Record, encode_record
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import Record, encode_record
 
 TODAY = date(2026, 2, 25)
 BLOCKS = "█▉▊▋▌▍▎▏"

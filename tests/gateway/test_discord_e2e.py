@@ -31,8 +31,8 @@ from klaw.gateway.channels.telegram.format import utf16_len
 from klaw.gateway.core import Gateway
 from klaw.gateway.daemon import DISCORD_CURSOR, build_channels
 from klaw.gateway.daemon import run as run_gateway
-from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import chat_files, read_jsonl
 from scripted_llm import FakeLLM, call
 
 

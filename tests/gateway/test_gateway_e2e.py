@@ -24,8 +24,8 @@ from klaw.engine.daemon import run as run_engine
 from klaw.gateway.channels.telegram.channel import TelegramChannel
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.gateway.daemon import run as run_gateway
-from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import chat_files, read_jsonl
 from klaw.wire.protocol import MAX_LINE_BYTES
 from scripted_llm import FakeLLM, call, write_engine_yaml
 

@@ -11,8 +11,8 @@ from klaw.config import GatewayConfig
 from klaw.gateway.buffer import Buffer
 from klaw.gateway.channels.base import Incoming, OutFile
 from klaw.gateway.core import Gateway, GatewayTimings
-from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import chat_files, read_jsonl
 from klaw.wire.protocol import (
     Command,
     CommandInfo,

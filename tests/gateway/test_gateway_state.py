@@ -17,8 +17,8 @@ from klaw.errors import InvalidInput
 from klaw.gateway.access import Access, Approvals, Pairings
 from klaw.gateway.buffer import Buffer
 from klaw.gateway.logbook import LogBook
-from klaw.memory.jsonl import read_jsonl
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import read_jsonl
 from klaw.wire.loglines import inbound_line, outbound_line
 from klaw.wire.protocol import Command, Inbound, LogLine, Outbound, encode
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from klaw.errors import InvalidInput
-from klaw.memory.jsonl import (
+from klaw.wire.logfile import (
     JsonlTailer,
     JsonlWriter,
     Record,

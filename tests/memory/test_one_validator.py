@@ -12,8 +12,8 @@ from klaw import _core
 from klaw.config import load_engine_config
 from klaw.gateway.logbook import LogBook
 from klaw.memory.api import rebuild
-from klaw.memory.jsonl import JsonlTailer, read_jsonl, tail_records
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import JsonlTailer, read_jsonl, tail_records
 from klaw.wire.protocol import LogLine
 
 CHAT = "telegram_1"

@@ -20,11 +20,11 @@ from fake_telegram import TOKEN, FakeTelegram
 
 from klaw.config import GatewayConfig
 from klaw.engine.daemon import run as run_engine
+from klaw.gateway.channels.telegram.channel import TelegramChannel
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.gateway.daemon import run as run_gateway
-from klaw.gateway.telegram import TelegramChannel
-from klaw.memory.jsonl import chat_files, read_jsonl
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import chat_files, read_jsonl
 
 
 @pytest.fixture(name="telegram")

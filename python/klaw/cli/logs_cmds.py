@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from klaw.errors import InvalidInput
-from klaw.memory.jsonl import (
+from klaw.paths import KlawPaths
+from klaw.wire.logfile import (
     JsonlTailer,
     LogEntry,
     SkippedLine,
@@ -23,7 +24,6 @@ from klaw.memory.jsonl import (
     tail_records,
     validate_chat_id,
 )
-from klaw.paths import KlawPaths
 
 __all__ = ["logs", "memory_edit", "memory_show"]
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from klaw.cli.logs_cmds import _fit
 from klaw.errors import InvalidInput
-from klaw.memory.jsonl import SkippedLine, chat_files, iter_jsonl, list_chats, validate_chat_id
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import SkippedLine, chat_files, iter_jsonl, list_chats, validate_chat_id
 
 __all__ = ["usage"]
 

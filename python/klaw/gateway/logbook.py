@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from klaw.memory.jsonl import JsonlWriter, iter_jsonl
+from klaw.wire.logfile import JsonlWriter, iter_jsonl
 from klaw.wire.loglines import to_record
 from klaw.wire.protocol import LogLine
 from klaw.wire.record import Record

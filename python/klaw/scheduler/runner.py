@@ -232,7 +232,7 @@ class JobRunner:
         self, chat_id: str, msg: Inbound, answers: list[Outbound], spec: JobSpec, due: datetime
     ) -> None:
         """The run in ``conversations/scheduler_{name}/`` (what `klaw reindex` reads)."""
-        from klaw.memory.jsonl import JsonlWriter
+        from klaw.wire.logfile import JsonlWriter
 
         tag: dict[str, Any] = {
             "source": "scheduler",

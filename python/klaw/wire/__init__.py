@@ -4,6 +4,8 @@
 - `klaw.wire.loglines`: the conversation-log lines the gateway writes and the engine
   stores as rows.
 - `klaw.wire.record`: the JSONL record type of the conversation logs.
+- `klaw.wire.logfile`: the conversation-log files themselves: the append-only writer
+  (the gateway's), and the readers and tailer every other part uses.
 
 This package imports nothing from `klaw.engine`, `klaw.gateway`, `klaw.tools` or
 `klaw.cli`, so each of them can import it without depending on the others.
