@@ -191,11 +191,8 @@ class Scheduler:
         from apscheduler.jobstores.base import JobLookupError
 
         aps = self._require()
-        check_name(name)
         async with self._lock:
-            job = aps.get_job(name)
-            if job is None:
-                raise JobError(f"no job named {name!r}")
+            job = self._stored(name)
             try:
                 aps.remove_job(name)
             except JobLookupError:
@@ -215,11 +212,8 @@ class Scheduler:
         Resumed, it runs from its next time after now: due times missed while it was
         paused are not caught up."""
         aps = self._require()
-        check_name(name)
         async with self._lock:
-            job = aps.get_job(name)
-            if job is None:
-                raise JobError(f"no job named {name!r}")
+            job = self._stored(name)
             spec = JobSpec.from_data(job.kwargs)
             if spec.enabled == (not paused):
                 return Scheduled(spec, job.next_run_time)
@@ -302,6 +296,12 @@ class Scheduler:
             await asyncio.to_thread(
                 self.ledger.finish, spec.name, due, "failed", error=f"{type(exc).__name__}: {exc}"
             )
+
+    def _stored(self, name: str) -> Job:
+        job = self._require().get_job(check_name(name))
+        if job is None:
+            raise JobError(f"no job named {name!r}")
+        return job
 
     def _require(self) -> AsyncIOScheduler:
         if self._aps is None:
