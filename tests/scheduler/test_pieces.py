@@ -17,7 +17,8 @@ from klaw.scheduler.heartbeat import heartbeat_spec
 from klaw.scheduler.jobs import JobError, JobSpec
 from klaw.scheduler.ledger import Ledger
 from klaw.scheduler.outbox import Outbox
-from klaw.scheduler.runner import is_silent, run_precheck
+from klaw.scheduler.precheck import run_precheck
+from klaw.scheduler.runner import is_silent
 from klaw.wire.protocol import ErrorCode, Outbound
 
 
