@@ -13,7 +13,8 @@ swapped for a symlink leads nowhere), each file is opened with O_NOFOLLOW and
 checked with fstat before its inode is linked by descriptor, depth and entry counts
 are capped, and directories the code made unreadable are opened up again before
 they are emptied. Symlinks, FIFOs and devices are dropped: a symlink kept in the
-workspace could point the file tools at a host file.
+workspace could point the file tools at a host file. A name that is not UTF-8 is kept
+with its odd bytes spelled `\\xff` (it would break every message that carries it).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _walk(root_fd: int, *, limit: int = MAX_ENTRIES) -> _Walk:
             out.dropped.append(f"{prefix or '.'} (unreadable: {exc.strerror})")
             continue
         for name in names:
-            rel = f"{prefix}{name}"
+            rel = f"{prefix}{_shown(name)}"
             seen += 1
             if seen > limit:
                 out.dropped.append(f"{rel} and the rest (more than {limit} entries)")
@@ -116,6 +117,17 @@ def _walk(root_fd: int, *, limit: int = MAX_ENTRIES) -> _Walk:
                 out.dropped.append(f"{rel} (not a regular file)")
     out.files.sort()
     return out
+
+
+def _shown(name: str) -> str:
+    """A name as Klaw keeps and shows it: one that is not UTF-8 (its bytes came back as
+    surrogates) gets its odd bytes spelled `\\xff`, so it can be logged, sent to the
+    model and named by the file tools."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+    return name
 
 
 def _empty(root: int) -> None:
@@ -250,8 +262,13 @@ class Outputs:
         walk = _walk(fd)
         dropped = list(walk.dropped)
         chat_files = staged.chat_files
+        named: set[str] = set()
         try:
             for rel, dfd, name in walk.files:
+                if rel in named:  # `\xff` as bytes and as four characters
+                    dropped.append(f"{rel} (another file has that name)")
+                    continue
+                named.add(rel)
                 try:
                     file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
                 except OSError as exc:
