@@ -6,8 +6,10 @@ made every indexing pass fail (the store takes UTF-8 labels only)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -21,6 +23,22 @@ async def _indexed(reports: asyncio.Queue[IndexReport], source: str) -> None:
         pass
 
 
+@contextlib.asynccontextmanager
+async def _watching(
+    memory: Memory,
+) -> AsyncIterator[tuple[MemoryWatcher, asyncio.Queue[IndexReport], asyncio.Task[None]]]:
+    """A running watcher, its reports and its task; stopped at the end."""
+    reports: asyncio.Queue[IndexReport] = asyncio.Queue()
+    watcher = MemoryWatcher(memory, debounce_ms=100, on_indexed=reports.put_nowait)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        yield watcher, reports, task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
 async def test_a_non_utf8_file_name_does_not_stop_memory_edits_being_indexed(
     memory: Memory, klaw_home: KlawPaths, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -30,12 +48,8 @@ async def test_a_non_utf8_file_name_does_not_stop_memory_edits_being_indexed(
     # when the file appears (a folder made at once with its file can hide the file).
     out = os.fsencode(ws / "outputs" / "telegram_1")
     os.makedirs(out)
-    reports: asyncio.Queue[IndexReport] = asyncio.Queue()
-    watcher = MemoryWatcher(memory, debounce_ms=100, on_indexed=reports.put_nowait)
-    stop = asyncio.Event()
     caplog.set_level(logging.WARNING, logger="klaw.memory.watch")
-    task = asyncio.create_task(watcher.run(stop))
-    try:
+    async with _watching(memory) as (watcher, reports, task):
         await _indexed(reports, "MEMORY.md")
         # What a script's `open(b"/output/\xff\xfe.txt", "w")` leaves in the workspace.
         with open(out + b"/\xff\xfe.txt", "wb") as f:
@@ -61,9 +75,6 @@ async def test_a_non_utf8_file_name_does_not_stop_memory_edits_being_indexed(
         (ws / "memory" / "2026-03-01.md").write_text("Booked a table at Mirabelle.\n")
         await _indexed(reports, "memory/2026-03-01.md")
         assert not task.done()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
 
 
 async def test_a_memory_note_whose_name_is_not_utf8_is_skipped_and_the_rest_indexed(
@@ -72,12 +83,8 @@ async def test_a_memory_note_whose_name_is_not_utf8_is_skipped_and_the_rest_inde
     ws = klaw_home.workspace
     (ws / "memory").mkdir()
     (ws / "MEMORY.md").write_text("The bicycle lock code is 4821.\n")
-    reports: asyncio.Queue[IndexReport] = asyncio.Queue()
-    watcher = MemoryWatcher(memory, debounce_ms=100, on_indexed=reports.put_nowait)
-    stop = asyncio.Event()
     caplog.set_level(logging.WARNING, logger="klaw.memory")
-    task = asyncio.create_task(watcher.run(stop))
-    try:
+    async with _watching(memory) as (_, reports, task):
         await _indexed(reports, "MEMORY.md")
         with open(os.fsencode(ws / "memory") + b"/\xff-llamas.md", "wb") as f:
             f.write(b"Notes about llamas.\n")
@@ -89,6 +96,3 @@ async def test_a_memory_note_whose_name_is_not_utf8_is_skipped_and_the_rest_inde
         assert [f.path for f in memory.store.list_files() if "llamas" in f.path] == []
         assert "not indexed: memory/\\xff-llamas.md: the name is not valid UTF-8" in caplog.text
         assert not task.done()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
