@@ -20,8 +20,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import socket
-import stat
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -30,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from klaw import __version__
 from klaw.errors import InvalidInput, KlawError
 from klaw.paths import KlawPaths
-from klaw.wire.accept import AcceptLoop
+from klaw.wire.accept import AcceptLoop, PrivateSocket, bind_private_socket
 from klaw.wire.protocol import (
     MAX_ENGINE_LINE_BYTES,
     Command,
@@ -194,7 +192,7 @@ class EngineServer:
         self.started_at = datetime.now(UTC)
         self.t0 = time.monotonic()
         self._server: AcceptLoop | None = None
-        self._socket_ino: int | None = None
+        self._bound: PrivateSocket | None = None
         self._conns: set[_Connection] = set()
         self._gateway: _Connection | None = None
         self._inflight: dict[asyncio.Task[None], Inbound | Command] = {}
@@ -222,39 +220,9 @@ class EngineServer:
     async def start(self) -> None:
         """Binds the socket (mode 600), replacing a stale one. The caller holds the lock."""
         path = self.paths.socket
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        try:
-            st = path.lstat()
-        except FileNotFoundError:
-            pass
-        else:
-            if not stat.S_ISSOCK(st.st_mode):
-                raise EngineSocketError(
-                    f"{path} exists and is not a socket; move it away and start the engine again"
-                )
-            # We hold the engine lock, so no live engine owns it: a crash left it behind.
-            log.warning(
-                "removing stale socket %s left by an engine that did not stop cleanly", path
-            )
-            path.unlink()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            # The umask makes the socket 600 from birth; chmod again in case it is ignored.
-            old = os.umask(0o177)
-            try:
-                sock.bind(str(path))
-            finally:
-                os.umask(old)
-            os.chmod(path, 0o600)
-            self._socket_ino = path.lstat().st_ino
-            sock.listen(16)
-            sock.setblocking(False)
-            self._server = AcceptLoop(sock, self._on_connect, log)
-            self._server.start()
-        except OSError as exc:
-            sock.close()
-            self._unlink_socket()
-            raise EngineSocketError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+        self._bound = bind_private_socket(path, "engine", EngineSocketError, log)
+        self._server = AcceptLoop(self._bound.sock, self._on_connect, log)
+        self._server.start()
         log.info("listening on %s", path)
 
     # --- connections -----------------------------------------------------
@@ -635,12 +603,9 @@ class EngineServer:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def _unlink_socket(self) -> None:
-        path = self.paths.socket
-        try:
-            if self._socket_ino is not None and path.lstat().st_ino == self._socket_ino:
-                path.unlink()
-        except FileNotFoundError:
-            pass
+        bound, self._bound = self._bound, None
+        if bound is not None:
+            bound.unlink()
 
 
 def _length(msg: Inbound | Command) -> int:

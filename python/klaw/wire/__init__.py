@@ -6,6 +6,7 @@
 - `klaw.wire.record`: the JSONL record type of the conversation logs.
 - `klaw.wire.logfile`: the conversation-log files themselves: the append-only writer
   (the gateway's), and the readers and tailer every other part uses.
+- `klaw.wire.accept`: the private bind and the accept loop of Klaw's Unix sockets.
 
 This package imports nothing from `klaw.engine`, `klaw.gateway`, `klaw.tools` or
 `klaw.cli`, so each of them can import it without depending on the others.

@@ -23,7 +23,6 @@ import logging
 import os
 import re
 import socket
-import stat
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -34,6 +33,7 @@ from typing import Any, Final
 from klaw.errors import KlawError
 from klaw.fsutil import human_size
 from klaw.gateway.channels.base import ChannelSendError, Incoming, OnMessage, OutFile, platform_id
+from klaw.wire.accept import PrivateSocket, bind_private_socket
 from klaw.wire.console import (
     ConsoleError,
     Hello,
@@ -139,7 +139,7 @@ class ConsoleChannel:
         self._clients: set[_Client] = set()
         self._listener: socket.socket | None = None
         self._conns: dict[asyncio.Task[None], socket.socket] = {}
-        self._socket_ino: int | None = None
+        self._bound: PrivateSocket | None = None
         self._on_message: OnMessage | None = None
         self._turn = asyncio.Lock()
         self._closed = False
@@ -235,63 +235,15 @@ class ConsoleChannel:
     # --- the socket ---------------------------------------------------------
 
     def _start(self) -> None:
-        path = self.socket_path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            raise ConsoleSocketError(f"cannot create {path.parent}: {exc}") from exc
-        self._remove_stale(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            # The umask makes the socket 600 from birth; chmod again in case it is ignored.
-            old = os.umask(0o177)
-            try:
-                sock.bind(str(path))
-            finally:
-                os.umask(old)
-            os.chmod(path, 0o600)
-            self._socket_ino = path.lstat().st_ino
-            sock.listen(16)
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            self._unlink_socket()
-            raise ConsoleSocketError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
-        self._listener = sock
+        self._bound = bind_private_socket(self.socket_path, "gateway", ConsoleSocketError, log)
+        self._listener = sock = self._bound.sock
         asyncio.get_running_loop().add_reader(sock, self._accept, sock)
-        log.info("console listening on %s for %s", path, self.chat_id)
-
-    @staticmethod
-    def _remove_stale(path: Path) -> None:
-        try:
-            st = path.lstat()
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(st.st_mode):
-            raise ConsoleSocketError(
-                f"{path} exists and is not a socket; move it away and start the gateway again"
-            )
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            pass  # nobody listens: a gateway that did not stop cleanly left it behind
-        else:
-            raise ConsoleSocketError(
-                f"another process serves the console socket {path}; stop it first"
-            )
-        finally:
-            probe.close()
-        log.warning("replacing the stale console socket %s", path)
-        path.unlink(missing_ok=True)
+        log.info("console listening on %s for %s", self.socket_path, self.chat_id)
 
     def _unlink_socket(self) -> None:
-        ino, self._socket_ino = self._socket_ino, None
-        if ino is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            if self.socket_path.lstat().st_ino == ino:  # not a successor's socket
-                self.socket_path.unlink()
+        bound, self._bound = self._bound, None
+        if bound is not None:
+            bound.unlink()
 
     # --- clients --------------------------------------------------------------
 
