@@ -53,28 +53,19 @@ impl KeywordIndex {
                 Index::create_in_dir(dir, schema)?
             }
         };
-        index.tokenizers().register(
-            TOKENIZER,
-            TextAnalyzer::from(WhitespaceTokenizer::default()),
-        );
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()?;
-        Ok(KeywordIndex {
-            index,
-            reader,
-            id,
-            text,
-            dir: dir.to_path_buf(),
-        })
+        Self::ready(index, id, text, dir.to_path_buf())
     }
 
     /// A throwaway index in memory (the docs: a few hundred chunks, rebuilt from
     /// klaw.db when first searched).
     pub fn in_ram() -> Result<Self> {
         let (schema, id, text) = schema();
-        let index = Index::create_in_ram(schema);
+        Self::ready(Index::create_in_ram(schema), id, text, PathBuf::new())
+    }
+
+    /// `index` with the tokenizer its text field names (the text arrives analysed by
+    /// `analyze`, so splitting at spaces is all that is left) and a reader.
+    fn ready(index: Index, id: Field, text: Field, dir: PathBuf) -> Result<Self> {
         index.tokenizers().register(
             TOKENIZER,
             TextAnalyzer::from(WhitespaceTokenizer::default()),
@@ -88,7 +79,7 @@ impl KeywordIndex {
             reader,
             id,
             text,
-            dir: PathBuf::new(),
+            dir,
         })
     }
 
