@@ -68,6 +68,24 @@ def test_a_hanging_pre_check_is_killed_with_its_children(tmp_path: Path) -> None
     assert time.monotonic() - started < 60  # the background child did not keep it alive
 
 
+@pytest.mark.parametrize(("status", "wake"), [(0, True), (3, False)])
+def test_a_pre_check_is_over_when_its_shell_exits_and_leaves_nothing_behind(
+    tmp_path: Path, status: int, wake: bool
+) -> None:
+    # A child that leaves the check's session (setsid) and holds its stderr open: the
+    # exit status counts at once, and the child is killed with the check (hostile 15:
+    # the job stayed running for 75 s, then was reported as killed).
+    escape = "setsid sh -c 'echo $$ > escaped; exec sleep 75' &"
+    check = f"{escape} while [ ! -s escaped ]; do sleep 0.01; done; exit {status}"
+    started = time.monotonic()
+    got = run_precheck(check, tmp_path, timeout=60)
+    assert got.wake is wake
+    assert got.error == (None if wake else "the pre-check exited with status 3")
+    assert time.monotonic() - started < 60  # not held until the sleep ends
+    pid = int((tmp_path / "escaped").read_text())
+    assert not Path(f"/proc/{pid}").exists()  # killed and reaped before the result
+
+
 def test_a_pre_check_that_hogs_memory_or_floods_output_is_contained(tmp_path: Path) -> None:
     hog = run_precheck("python3 -c 'x = bytearray(4 << 30)'", tmp_path)
     assert not hog.wake and hog.error is not None and "MemoryError" in hog.error
