@@ -16,20 +16,19 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import signal
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from klaw.config import load_engine_config
+from klaw.daemon import run_daemon, start_failed
 from klaw.engine.pipeline import Pipeline
 from klaw.engine.server import EngineServer, InboundHandler
-from klaw.errors import Cancelled, ConfigError, KlawError, StoreLocked, os_error_line
+from klaw.errors import Cancelled, ConfigError, KlawError, StoreLocked
 from klaw.fsutil import ensure_writable_dir
 from klaw.lanes import SUBAGENT_CHAT_PREFIX
 from klaw.lock import EngineLock
 from klaw.paths import KlawPaths
-from klaw.sdnotify import notify, watchdog
 from klaw.wire.protocol import CommandInfo
 
 if TYPE_CHECKING:
@@ -76,10 +75,7 @@ async def run(
         log.error("another engine is already running: %s", exc)
         return 1
     except KlawError as exc:  # a read-only or foreign state dir
-        log.error("the engine could not start: %s", exc)
-        return 1
-    loop = asyncio.get_running_loop()
-    signals: list[signal.Signals] = []
+        return start_failed(log, "engine", exc)
     memory: Memory | None = None
     server: EngineServer | None = None
     router: Router | None = None
@@ -147,30 +143,15 @@ async def run(
         await server.start()
         if started is not None:
             started(server)
-        if stop is None:
-            stop = asyncio.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-                signals.append(sig)
         log.info("engine started (pid %d)", server.pid)
         if ready is not None:
             ready.set()
-        notify("READY=1")  # systemd (Type=notify): the socket serves
-        pinger = asyncio.create_task(watchdog(stop))
-        await stop.wait()
-        notify("STOPPING=1")
-        await pinger
+        await run_daemon(_until_stopped, stop)
         log.info("engine stopping")
         return 0
-    except KlawError as exc:
-        log.error("the engine could not start: %s", exc)
-        return 1
-    except OSError as exc:  # its own dirs read-only, full or foreign: one line, the cure
-        log.error("the engine could not start: %s", os_error_line(exc))
-        return 1
+    except (KlawError, OSError) as exc:
+        return start_failed(log, "engine", exc)
     finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
         # Worker threads cannot be cancelled from asyncio: a thread still indexing
         # after the wait keeps using klaw.db, so the lock stays held until the process
         # has really exited (the kernel drops it) instead of letting a second engine in.
@@ -212,6 +193,10 @@ async def run(
                         paths.engine_lock,
                     )
                 log.info("engine stopped")
+
+
+async def _until_stopped(stop: asyncio.Event) -> None:
+    await stop.wait()
 
 
 def _background(

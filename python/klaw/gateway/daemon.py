@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 from collections.abc import Callable, Sequence
 
 from klaw.config import GatewayConfig, load_gateway_config
-from klaw.errors import ConfigError, KlawError, os_error_line
+from klaw.daemon import run_daemon, start_failed
+from klaw.errors import ConfigError, KlawError
 from klaw.gateway.channels.base import Channel
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.lock import ProcessLock
 from klaw.paths import KlawPaths
-from klaw.sdnotify import notify, watchdog
 
 __all__ = ["build_channels", "main", "run"]
 
@@ -102,10 +101,7 @@ async def run(
         log.error("%s", exc)
         return 1
     except KlawError as exc:  # a read-only or foreign state dir
-        log.error("the gateway could not start: %s", exc)
-        return 1
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
+        return start_failed(log, "gateway", exc)
     try:
         chans = list(channels) if channels is not None else build_channels(paths, config)
         if not chans:
@@ -115,33 +111,17 @@ async def run(
             )
             return 1
         gateway = Gateway(paths, config, chans, timings=timings)
-        if stop is None:
-            stop = asyncio.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-                installed.append(sig)
         log.info(
             "gateway started (pid %d; channels: %s)", os.getpid(), ", ".join(c.name for c in chans)
         )
         if started is not None:
             started(gateway)
-        notify("READY=1")  # systemd (Type=notify)
-        pinger = asyncio.create_task(watchdog(stop))
-        ok = await gateway.run(stop)
-        notify("STOPPING=1")
-        stop.set()
-        await pinger
+        ok = await run_daemon(gateway.run, stop)
         log.info("gateway stopped")
         return 0 if ok else 1
-    except KlawError as exc:
-        log.error("the gateway could not start: %s", exc)
-        return 1
-    except OSError as exc:  # its own dirs read-only, full or foreign: one line, the cure
-        log.error("the gateway could not start: %s", os_error_line(exc))
-        return 1
+    except (KlawError, OSError) as exc:
+        return start_failed(log, "gateway", exc)
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
         lock.release()
 
 
