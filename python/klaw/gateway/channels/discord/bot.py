@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import aiohttp
 import discord
@@ -29,11 +29,6 @@ from klaw.gateway.channels.base import (
 )
 from klaw.redaction import redact
 from klaw.retry import Backoff
-
-if TYPE_CHECKING:
-    from klaw.gateway.channels.discord.inbound import _Cursors
-    from klaw.gateway.channels.discord.outbound import _DiscordPreviews
-    from klaw.gateway.channels.previews import PreviewStreams
 
 log = logging.getLogger("klaw.gateway.discord")
 
@@ -81,7 +76,7 @@ class _Interaction:
 
 class Bot:
     """The channel's state, declared for the three sides (`DiscordChannel.__init__`
-    assigns it), and the helpers they share."""
+    assigns it; what one side alone uses is declared there), and the helpers they share."""
 
     name = "discord"
     admit: Callable[[str], bool] | None
@@ -94,9 +89,6 @@ class Bot:
     _redelivery: Redelivery
     _catch_up: int
     _save_every: float
-    _cursors: _Cursors
-    _preview_api: _DiscordPreviews
-    _previews: PreviewStreams
     _client: discord.Client
     _on_message: OnMessage | None
     _queues: dict[int, deque[_Item]]

@@ -85,6 +85,8 @@ class _Cursors:
 class Inbound(Bot):
     """Messages in, per chat in order, exactly once (see the `channel` module)."""
 
+    _cursors: _Cursors
+
     async def listen(self, on_message: OnMessage) -> None:
         """Connects and handles events until cancelled; raises `DiscordError` when Discord
         refuses the token or the intents (nothing a retry can fix)."""

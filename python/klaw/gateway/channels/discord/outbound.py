@@ -22,7 +22,7 @@ from klaw.gateway.channels.discord.bot import (
     _transient,
     log,
 )
-from klaw.gateway.channels.previews import DraftsRefused
+from klaw.gateway.channels.previews import DraftsRefused, PreviewStreams
 from klaw.gateway.channels.telegram.format import split_message
 from klaw.retry import retry
 from klaw.wire.protocol import UPLOAD_ATTEMPTS
@@ -63,6 +63,9 @@ class _DiscordPreviews:
 
 class Outbound(Bot):
     """Replies, previews and typing."""
+
+    _preview_api: _DiscordPreviews
+    _previews: PreviewStreams
 
     async def send(
         self,
