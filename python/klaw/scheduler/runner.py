@@ -108,8 +108,8 @@ class JobRunner:
             out = await self._turn(spec, due)
             tokens_in = int(out.meta.get("tokens_in") or 0)
             tokens_out = int(out.meta.get("tokens_out") or 0)
-            if out.line_type == "notice":  # no model answered
-                raise _RunFailed(out.content)
+            if out.line_type == "notice":  # no model answered (the notice is a chat's)
+                raise _RunFailed("no model answered (the engine's log says why)")
             silent = is_silent(out.content)
             if not silent and spec.inject_into and out.content.strip():
                 await self.outbox.send(self._push(spec, out.content))
@@ -245,14 +245,26 @@ class JobRunner:
         first = await asyncio.to_thread(self.ledger.set_failing, spec.name, True)
         if first and spec.inject_into:
             text = (
-                f"⚠️ Scheduled job '{spec.name}' failed: {error}\n"
-                f"I will not repeat this while it keeps failing; `klaw schedule history "
+                f"⚠️ Scheduled job '{spec.name}' failed: {error}\n{_after_failure(spec, due)} "
+                "I will not tell you again while it keeps failing; `klaw schedule history "
                 f"{spec.name}` shows every run."
             )
             await self.outbox.send(self._push(spec, text, notice="failed"))
 
     async def _recovered(self, spec: JobSpec) -> None:
         await asyncio.to_thread(self.ledger.set_failing, spec.name, False)
+
+
+def _after_failure(spec: JobSpec, due: datetime) -> str:
+    """What happens after a failed run: it is not run again (a due time runs at most
+    once), the job's next time comes as usual."""
+    following = spec.next_times(1, after=due) if spec.kind != "once" else []
+    if not following:
+        return "It was to run once, and does not run again."
+    return (
+        "This run is not repeated; the job runs again at its next time, "
+        f"{following[0]:%a %d %b %H:%M} ({spec.timezone})."
+    )
 
 
 class _RunFailed(Exception):
