@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -39,7 +38,6 @@ from klaw.wire.protocol import (
     ErrorCode,
     GatewayInfo,
     Inbound,
-    JobRun,
     LineReader,
     LineTooLong,
     MemorySearch,
@@ -51,8 +49,6 @@ from klaw.wire.protocol import (
     Registered,
     Request,
     Schedule,
-    ScheduledJob,
-    ScheduleResult,
     SearchHit,
     SessionInfo,
     Sessions,
@@ -68,7 +64,6 @@ if TYPE_CHECKING:
     from klaw.memory.api import Memory
     from klaw.sandbox.service import Sandbox
     from klaw.scheduler.control import ScheduleControl
-    from klaw.scheduler.jobs import JobSpec
 
 log = logging.getLogger("klaw.engine")
 
@@ -440,48 +435,14 @@ class EngineServer:
             )
 
     async def _schedule(self, req: Schedule) -> Message:
-        control = self.scheduler
-        if control is None:
+        if self.scheduler is None:
             return Error(
                 code=ErrorCode.UNAVAILABLE,
                 message="the scheduler is not running in this engine "
                 "(scheduler.enabled is false in engine.yaml, or it runs without memory)",
                 ref=req.id,
             )
-        if req.action == "list":
-            running = set(control.scheduler.running)
-            jobs = await control.jobs()
-            return ScheduleResult(
-                id=req.id,
-                jobs=[_job(s.spec, s.next_run, s.spec.name in running) for s in jobs],
-            )
-        if req.action == "history":
-            runs = await control.history(req.name, req.limit)
-            return ScheduleResult(id=req.id, runs=[JobRun(**dataclasses.asdict(r)) for r in runs])
-        if not req.name:
-            raise InvalidInput(f"schedule {req.action} needs the job's name")
-        if req.action == "add":
-            if not req.cron or not req.message:
-                raise InvalidInput("schedule add needs a name, a cron expression and a message")
-            spec, times = await control.add(
-                req.name,
-                req.cron,
-                req.message,
-                model=req.model,
-                inject_into=req.inject_into,
-                timezone=req.timezone,
-                precheck=req.precheck,
-                daily_token_cap=req.daily_token_cap,
-            )
-            return ScheduleResult(
-                id=req.id, jobs=[_job(spec, times[0] if times else None)], next_times=times
-            )
-        if req.action == "remove":
-            return ScheduleResult(id=req.id, jobs=[_job(await control.remove(req.name), None)])
-        if req.action in ("pause", "resume"):
-            got = await control.pause(req.name, paused=req.action == "pause")
-            return ScheduleResult(id=req.id, jobs=[_job(got.spec, got.next_run)])
-        return ScheduleResult(id=req.id, due=await control.run(req.name))
+        return await self.scheduler.answer(req)
 
     async def _status(self, req: Status) -> StatusResult:
         counts = await asyncio.to_thread(self.memory.stats) if self.memory else {}
@@ -610,21 +571,3 @@ class EngineServer:
 
 def _length(msg: Inbound | Command) -> int:
     return len(msg.content) if isinstance(msg, Inbound) else len(msg.args)
-
-
-def _job(spec: JobSpec, next_run: datetime | None, running: bool = False) -> ScheduledJob:
-    return ScheduledJob(
-        name=spec.name,
-        cron=spec.cron,
-        timezone=spec.timezone,
-        message=spec.message,
-        kind=spec.kind,
-        model=spec.model,
-        inject_into=spec.inject_into,
-        precheck=spec.precheck,
-        daily_token_cap=spec.daily_token_cap,
-        next_run=next_run,
-        running=running,
-        title=spec.title,
-        paused=not spec.enabled,
-    )

@@ -8,14 +8,17 @@ Each refusal names what is wrong: a bad cron (field and reason), an unknown mode
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
+from klaw.errors import InvalidInput
 from klaw.scheduler.boot import BOOT_JOB
 from klaw.scheduler.jobs import HEARTBEAT, JobError, JobSpec, check_name
 from klaw.scheduler.ledger import Run
 from klaw.scheduler.summaries import SUMMARY_JOB
+from klaw.wire.protocol import JobRun, Schedule, ScheduledJob, ScheduleResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -172,3 +175,58 @@ class ScheduleControl:
 
     async def run(self, name: str) -> datetime:
         return await self.scheduler.run_now(name)
+
+    async def answer(self, req: Schedule) -> ScheduleResult:
+        """The answer to a `klaw schedule` request (through the engine socket)."""
+        if req.action == "list":
+            running = set(self.scheduler.running)
+            jobs = await self.jobs()
+            return ScheduleResult(
+                id=req.id,
+                jobs=[_job(s.spec, s.next_run, s.spec.name in running) for s in jobs],
+            )
+        if req.action == "history":
+            runs = await self.history(req.name, req.limit)
+            return ScheduleResult(id=req.id, runs=[JobRun(**dataclasses.asdict(r)) for r in runs])
+        if not req.name:
+            raise InvalidInput(f"schedule {req.action} needs the job's name")
+        if req.action == "add":
+            if not req.cron or not req.message:
+                raise InvalidInput("schedule add needs a name, a cron expression and a message")
+            spec, times = await self.add(
+                req.name,
+                req.cron,
+                req.message,
+                model=req.model,
+                inject_into=req.inject_into,
+                timezone=req.timezone,
+                precheck=req.precheck,
+                daily_token_cap=req.daily_token_cap,
+            )
+            return ScheduleResult(
+                id=req.id, jobs=[_job(spec, times[0] if times else None)], next_times=times
+            )
+        if req.action == "remove":
+            return ScheduleResult(id=req.id, jobs=[_job(await self.remove(req.name), None)])
+        if req.action in ("pause", "resume"):
+            got = await self.pause(req.name, paused=req.action == "pause")
+            return ScheduleResult(id=req.id, jobs=[_job(got.spec, got.next_run)])
+        return ScheduleResult(id=req.id, due=await self.run(req.name))
+
+
+def _job(spec: JobSpec, next_run: datetime | None, running: bool = False) -> ScheduledJob:
+    return ScheduledJob(
+        name=spec.name,
+        cron=spec.cron,
+        timezone=spec.timezone,
+        message=spec.message,
+        kind=spec.kind,
+        model=spec.model,
+        inject_into=spec.inject_into,
+        precheck=spec.precheck,
+        daily_token_cap=spec.daily_token_cap,
+        next_run=next_run,
+        running=running,
+        title=spec.title,
+        paused=not spec.enabled,
+    )
