@@ -10,7 +10,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from test_console import Terminal
@@ -89,58 +89,58 @@ async def test_up_chats_and_ctrl_c_stops_everything(home: KlawPaths, llm: FakeLL
     assert [m["content"] for m in llm.requests[0]["messages"][1:]] == ["hi there"]
 
 
+@contextlib.asynccontextmanager
+async def up_running(home: KlawPaths, llm: FakeLLM) -> AsyncIterator[tuple[UpTerminal, set[int]]]:
+    """`klaw up` on the scripted model, once its chat is up, and the daemons it started;
+    whatever is left of them is killed at the end."""
+    home.config_dir.mkdir(parents=True, exist_ok=True)
+    write_engine_yaml(home.engine_config, llm.url, debounceMs=0)
+    term = UpTerminal()
+    started: set[int] = set()
+    try:
+        await term.start()
+        await term.expect("/quit", timeout=120)
+        started = klaw_processes(home)
+        assert len(started) == 2 and term.proc is not None
+        yield term, started
+    finally:
+        for pid in klaw_processes(home) & started:
+            os.kill(pid, signal.SIGKILL)
+        await term.close()
+
+
 async def test_a_second_ctrl_c_while_stopping_finishes_the_stop_then_exits_130(
     home: KlawPaths, llm: FakeLLM
 ) -> None:
     """What users do when stopping takes a while. The engine is in the middle of a reply
     (the model holds it), so its stop waits; a second Ctrl-C then is noted, not obeyed
     half-way: both daemons are stopped, and only then does `klaw up` exit, with 130."""
-    home.config_dir.mkdir(parents=True, exist_ok=True)
-    write_engine_yaml(home.engine_config, llm.url, debounceMs=0)
     llm.answer("Finished after all.")
     llm.hold = asyncio.Event()
-    term = UpTerminal()
-    started: set[int] = set()
     try:
-        await term.start()
-        await term.expect("/quit", timeout=120)
-        started = klaw_processes(home)
-        assert len(started) == 2 and term.proc is not None
-        term.type("hi there\r")
-        await asyncio.wait_for(llm.arrived.wait(), 60)  # the engine waits for the model
-        term.proc.send_signal(signal.SIGINT)
-        await term.expect("stopping the engine")  # the gateway has stopped
-        term.proc.send_signal(signal.SIGINT)  # the second Ctrl-C, while the engine stops
-        await term.expect("still stopping: klaw up exits once both daemons have stopped")
-        assert klaw_processes(home) & started  # not abandoned: the engine is finishing
-        llm.hold.set()
-        await term.expect("stopped")
-        assert await term.exit_code() == 130
-        assert not klaw_processes(home) & started
+        async with up_running(home, llm) as (term, started):
+            assert term.proc is not None
+            term.type("hi there\r")
+            await asyncio.wait_for(llm.arrived.wait(), 60)  # the engine waits for the model
+            term.proc.send_signal(signal.SIGINT)
+            await term.expect("stopping the engine")  # the gateway has stopped
+            term.proc.send_signal(signal.SIGINT)  # the second Ctrl-C, while the engine stops
+            await term.expect("still stopping: klaw up exits once both daemons have stopped")
+            assert klaw_processes(home) & started  # not abandoned: the engine is finishing
+            llm.hold.set()
+            await term.expect("stopped")
+            assert await term.exit_code() == 130
+            assert not klaw_processes(home) & started
     finally:
         llm.hold.set()
-        for pid in klaw_processes(home) & started:
-            os.kill(pid, signal.SIGKILL)
-        await term.close()
 
 
 async def test_closing_the_terminal_stops_the_daemons(home: KlawPaths, llm: FakeLLM) -> None:
-    home.config_dir.mkdir(parents=True, exist_ok=True)
-    write_engine_yaml(home.engine_config, llm.url, debounceMs=0)
-    term = UpTerminal()
-    started: set[int] = set()
-    try:
-        await term.start()
-        await term.expect("/quit", timeout=120)
-        started = klaw_processes(home)
-        assert len(started) == 2 and term.proc is not None
+    async with up_running(home, llm) as (term, started):
+        assert term.proc is not None
         term.proc.send_signal(signal.SIGHUP)  # the terminal window was closed
         await asyncio.wait_for(term.proc.wait(), 30)
         deadline = time.monotonic() + 30
         while klaw_processes(home) & started and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert not klaw_processes(home) & started
-    finally:
-        for pid in klaw_processes(home) & started:
-            os.kill(pid, signal.SIGKILL)
-        await term.close()

@@ -16,6 +16,7 @@ from klaw.llm import (
     AllProvidersFailed,
     LlmConfigError,
     LlmRequest,
+    LlmResponse,
     MalformedResponse,
     Message,
     ProviderTimeout,
@@ -215,6 +216,22 @@ async def test_check_reports_routing_problems(servers: tuple[FakeLLM, FakeLLM]) 
     assert len(problems) == 1 and "'nope'" in problems[0]
 
 
+async def with_resets(router: Router) -> tuple[LlmResponse, list[str]]:
+    """A streamed "hi" whose shown half answers the caller can take back (the engine's
+    drafts): the response, and the deltas and resets in the order they came."""
+    seen: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        seen.append(text)
+
+    async def on_reset() -> None:
+        seen.append("<reset>")
+
+    request = LlmRequest([Message.user("hi")], stream=True)
+    response = await router.complete(request, on_delta=on_delta, on_reset=on_reset)
+    return response, seen
+
+
 async def test_streaming_through_the_router(
     router: Router, servers: tuple[FakeLLM, FakeLLM], sleeps: Sleeps
 ) -> None:
@@ -261,16 +278,7 @@ async def test_a_stream_cut_mid_answer_falls_back_and_replaces_the_half_answer(
 
     a.queue(Reply(sse=[delta("Half an"), "{broken"]))
     b.queue(Reply(sse=[delta("The whole"), delta(" answer.", "stop"), "[DONE]"]))
-    seen: list[str] = []
-
-    async def on_delta(text: str) -> None:
-        seen.append(text)
-
-    async def on_reset() -> None:
-        seen.append("<reset>")
-
-    request = LlmRequest([Message.user("hi")], stream=True)
-    response = await router.complete(request, on_delta=on_delta, on_reset=on_reset)
+    response, seen = await with_resets(router)
     assert response.content == "The whole answer." and response.model == "deepseek/deepseek-chat"
     assert seen == ["Half an", "<reset>", "The whole", " answer."]
 
@@ -283,16 +291,7 @@ async def test_a_retry_after_streamed_text_resets_first(
     whole = {"choices": [{"index": 0, "delta": {"content": "Whole"}, "finish_reason": "stop"}]}
     # The connection drops mid-stream (a transient error: retried on the same model).
     a.queue(Reply(sse=[cut], drop=True), Reply(sse=[whole, "[DONE]"]))
-    seen: list[str] = []
-
-    async def on_delta(text: str) -> None:
-        seen.append(text)
-
-    async def on_reset() -> None:
-        seen.append("<reset>")
-
-    request = LlmRequest([Message.user("hi")], stream=True)
-    response = await router.complete(request, on_delta=on_delta, on_reset=on_reset)
+    response, seen = await with_resets(router)
     assert (response.content, response.model) == ("Whole", "glm/glm-5")
     assert seen == ["Par", "<reset>", "Whole"] and len(a.requests) == 2
 
@@ -335,16 +334,7 @@ async def test_a_stream_without_its_end_is_retried(
     [DONE] is retried on the same model (the half answer is reset), never delivered."""
     a, _ = servers
     a.queue(Reply(sse=[streamed("Half an")]), Reply(sse=[streamed("Whole", "stop"), "[DONE]"]))
-    seen: list[str] = []
-
-    async def on_delta(text: str) -> None:
-        seen.append(text)
-
-    async def on_reset() -> None:
-        seen.append("<reset>")
-
-    request = LlmRequest([Message.user("hi")], stream=True)
-    response = await router.complete(request, on_delta=on_delta, on_reset=on_reset)
+    response, seen = await with_resets(router)
     assert (response.content, response.model) == ("Whole", "glm/glm-5")
     assert seen == ["Half an", "<reset>", "Whole"] and len(a.requests) == 2
 

@@ -183,19 +183,13 @@ def _up(signals: _Signals) -> int:
 
 def _start_and_chat(paths: KlawPaths, started: list[tuple[str, subprocess.Popen[bytes]]]) -> int:
     """Starts what is not running (added to `started`, first to stop first) and chats."""
-    if _alive(paths.socket):
-        print("using the running engine", file=sys.stderr)
-    else:
-        engine = _spawn("engine", paths)
-        started.insert(0, ("engine", engine))
-        if not _wait_for(paths.socket, engine, "engine", paths):
-            return 1
-    if _alive(paths.console_socket):
-        print("using the running gateway", file=sys.stderr)
-    else:
-        gw = _spawn("gateway", paths)
-        started.insert(0, ("gateway", gw))
-        if not _wait_for(paths.console_socket, gw, "gateway", paths):
+    for name, sock in (("engine", paths.socket), ("gateway", paths.console_socket)):
+        if _alive(sock):
+            print(f"using the running {name}", file=sys.stderr)
+            continue
+        proc = _spawn(name, paths)
+        started.insert(0, (name, proc))
+        if not _wait_for(sock, proc, name, paths):
             return 1
     from klaw.cli.chat_cmds import chat
 

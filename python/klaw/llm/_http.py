@@ -132,21 +132,15 @@ class HttpClient:
                     async with self._deadline(deadline, loop.time() + self._idle_s, model):
                         data = await anext(events, None)
                 except LineTooLong as exc:
-                    raise MalformedResponse(
-                        f"a stream line over {MAX_SSE_LINE // 2**20} MiB; not read further",
-                        provider=self.provider,
-                        model=model,
-                    ) from exc
+                    what = f"a stream line over {MAX_SSE_LINE // 2**20} MiB; not read further"
+                    raise MalformedResponse(what, provider=self.provider, model=model) from exc
                 if data is None or data == "[DONE]":
                     break
                 try:
                     event = json.loads(data)
                 except ValueError as exc:
-                    raise MalformedResponse(
-                        f"stream event is not JSON: {data[:80]!r}",
-                        provider=self.provider,
-                        model=model,
-                    ) from exc
+                    what = f"stream event is not JSON: {data[:80]!r}"
+                    raise MalformedResponse(what, provider=self.provider, model=model) from exc
                 if isinstance(event, dict):
                     yield event
             if data is None and not finished():
