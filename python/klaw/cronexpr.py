@@ -69,6 +69,7 @@ _ITEM = re.compile(r"^(?P<range>\*|\?|[A-Z0-9]+(?:-[A-Z0-9]+)?)(?:/(?P<step>[0-9
 
 
 _NEAR: Final = timedelta(hours=4)  # wider than any UTC offset change
+_SOON: Final = timedelta(hours=1)  # shorter than the time between two offset changes
 
 
 class CronError(InvalidInput):
@@ -156,8 +157,10 @@ class Cron:
         before = (after_utc - _NEAR).astimezone(tz).utcoffset() or timedelta(0)
         later = (after_utc + _NEAR).astimezone(tz).utcoffset() or timedelta(0)
         shift = abs(later - before)
-        wall -= shift
         limit = max(self.years) if self.years else local.year + 30
+        if shift and (soon := self._soon_at_same_offset(after_utc, wall, tz, limit)):
+            return soon
+        wall -= shift
         best: tuple[datetime, datetime, datetime] | None = None  # (utc, local, wall)
         while (w := self._next_wall(wall, limit)) is not None:
             if best is not None and w > best[2] + shift:
@@ -168,6 +171,26 @@ class Cron:
                     best = (utc, when, w)
             wall = w + timedelta(seconds=1)
         return None if best is None else best[1]
+
+    def _soon_at_same_offset(
+        self, after_utc: datetime, wall: datetime, tz: tzinfo, limit: int
+    ) -> datetime | None:
+        """The first fire time after `after` at the UTC offset `after` has, if it comes
+        within the hour (else None). Then the offset holds from `after` to it, so no
+        time at another offset (a wall time looked back or on to) lies between: it is
+        the answer. Spares a job firing every second or minute the walk through every
+        wall time of the changed hour and its neighbours (hundreds of ms a call)."""
+        offset = after_utc.astimezone(tz).utcoffset()
+        w: datetime | None = wall
+        for _ in range(64):
+            w = self._next_wall(w, limit) if w is not None else None
+            if w is None or w - wall > _SOON:
+                return None
+            for t in _instants(w, tz, wildcard=self.wildcard):
+                if t > after_utc and t.utcoffset() == offset:
+                    return t if t - after_utc <= _SOON else None
+            w += timedelta(seconds=1)
+        return None
 
     def _next_wall(self, w: datetime, limit: int) -> datetime | None:
         """The first matching wall-clock time at or after naive `w`."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pickle
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -289,3 +289,56 @@ def test_any_crontab_around_any_dst_change_matches_cronsim(
     ours = [d.astimezone(UTC) for d in _ours(expr, 5, at)]
     theirs = [d.astimezone(UTC) for d in _theirs(expr, 5, at)]
     assert ours == theirs
+
+
+class _CountingZone(tzinfo):
+    """A ZoneInfo zone that counts the offset lookups made in it: the work a fire time
+    costs, counted instead of timed."""
+
+    def __init__(self, key: str) -> None:
+        self.zone, self.lookups = ZoneInfo(key), 0
+
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        self.lookups += 1
+        return self.zone.utcoffset(None if dt is None else dt.replace(tzinfo=self.zone))
+
+    def dst(self, dt: datetime | None) -> timedelta | None:
+        return self.zone.dst(None if dt is None else dt.replace(tzinfo=self.zone))
+
+    def tzname(self, dt: datetime | None) -> str | None:
+        return self.zone.tzname(None if dt is None else dt.replace(tzinfo=self.zone))
+
+    def fromutc(self, dt: datetime) -> datetime:
+        self.lookups += 1
+        return self.zone.fromutc(dt.replace(tzinfo=self.zone)).replace(tzinfo=self)
+
+
+@pytest.mark.parametrize(
+    ("key", "change"),
+    [
+        ("Europe/Berlin", datetime(2027, 10, 31, 1, tzinfo=UTC)),  # back, 03:00 -> 02:00
+        ("America/Los_Angeles", datetime(2027, 3, 14, 10, tzinfo=UTC)),  # on, 02:00 -> 03:00
+    ],
+)
+@pytest.mark.parametrize("expr", ["* * * * * ?", "0 * * * * ?"])
+def test_a_job_every_second_costs_as_little_near_a_dst_change_as_elsewhere(
+    key: str, change: datetime, expr: str
+) -> None:
+    """Within hours of an offset change, the next time of a job firing every second
+    walked every wall second of two hours (~250 ms a call: a scheduler with such jobs
+    used all the CPU and skipped runs). Only the seconds around the change itself
+    may cost more."""
+    cron = parse_cron(expr)
+
+    def lookups(start: datetime) -> int:
+        zone = _CountingZone(key)
+        for s in range(0, 3 * 3600, 97):  # three hours of start times
+            at = start + timedelta(seconds=s)
+            got = cron.next_after(at, zone)
+            assert got is not None
+            assert got.astimezone(UTC) == cron.next_after(at, ZoneInfo(key)).astimezone(UTC)  # type: ignore[union-attr]
+        return zone.lookups
+
+    elsewhere = lookups(change - timedelta(days=30, hours=1, minutes=30))
+    near = lookups(change - timedelta(hours=1, minutes=30))
+    assert near <= 3 * elsewhere

@@ -102,8 +102,9 @@ async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_whe
         "Noted.",
         "The bank wrote: your card expires on Friday.",
     ]
+    # Runs due while the previous one still went are "skipped" (a loaded machine).
     statuses = [r["status"] for r in reversed(await _offline(klaw_home))]
-    assert statuses[:3] == ["silent", "silent", "ok"]
+    assert [s for s in statuses if s != "skipped"][:3] == ["silent", "silent", "ok"]
 
 
 async def _until_jobs(predicate: Any) -> None:
