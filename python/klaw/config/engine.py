@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
@@ -250,6 +251,11 @@ class SchedulerConfig(Section):
 
             zone_named(value)  # CronError (a ValueError) says what is expected
         return value
+
+    def zone(self) -> ZoneInfo | None:
+        """The owner's zone, None for the host's: the one zone in which jobs, daily logs,
+        summaries and the model's clock name their days."""
+        return ZoneInfo(self.timezone) if self.timezone else None
 
 
 class CodeExecutionConfig(Section):

@@ -41,7 +41,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Final
 
 from klaw.engine.answered import AnsweredMarks
@@ -170,6 +170,9 @@ class Pipeline:
         self.router = router
         self._registry_factory = registry_factory or self._default_registry
         self._now = now or (lambda: datetime.now(UTC))
+        # The model is told the time in the owner's zone (scheduler.timezone, else the
+        # host's), the one current_time, jobs, daily logs and summaries name days in.
+        self._zone: tzinfo | None = config.scheduler.zone()
         self._slots = PrioritySlots(config.processing.max_concurrent_llm)
         self._chats: dict[str, _Chat] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -452,7 +455,7 @@ class Pipeline:
                 core_memory=core_text,
                 summary=summary,
                 window=rows,
-                now=self._now(),
+                now=self._now().astimezone(self._zone),
                 channel=last.channel,
                 tools=registry.schemas() if self._tools_for(model) else [],
                 skills=skills,

@@ -24,7 +24,6 @@ import threading
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
-from zoneinfo import ZoneInfo
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
@@ -69,8 +68,7 @@ class WriteBack:
         self.daily_logs = sync.enabled and sync.sync.daily_logs
         self.memory_md = sync.enabled and sync.sync.memory_md
         self.user_md = sync.enabled and sync.sync.user_md
-        zone = config.scheduler.timezone
-        self.zone = ZoneInfo(zone) if zone else None
+        self.zone = config.scheduler.zone()
 
     @classmethod
     def subscribe(cls, workspace: Path, config: EngineConfig, memory: Memory) -> WriteBack | None:
