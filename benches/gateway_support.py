@@ -1,6 +1,6 @@
 """Pieces of the gateway benchmarks: `gateway_fakes.py` (fake Bot API + fake engine)
-as a process driven from the benchmark, gateway.yaml for a home, and reading a
-process's RSS from /proc."""
+as a process driven from the benchmark and gateway.yaml for a home (a process's RSS:
+proc_status.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from proc_status import stop
 
 HERE = Path(__file__).parent
 TOKEN = "123456:TEST-fake-token_for-klaw"  # the fake Bot API's token
@@ -115,46 +116,3 @@ def pct(values: list[float], q: int) -> float:
     if len(values) < 2:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of a process, in kB (VmHWM, not ru_maxrss: see rss_probe.py)."""
-    out: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0])
-    return out
-
-
-def settle(proc: subprocess.Popen[Any], deadline_s: float = 60.0) -> dict[str, float]:
-    """VmRSS/VmHWM once RSS stops moving: five samples 0.5 s apart within 256 kB
-    (or the deadline)."""
-    samples: list[int] = []
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < deadline_s:
-        assert proc.poll() is None, f"the process exited with {proc.returncode}"
-        samples.append(status(proc.pid)["VmRSS"])
-        last = samples[-5:]
-        if len(last) == 5 and max(last) - min(last) <= 256:
-            break
-        time.sleep(0.5)
-    st = status(proc.pid)
-    return {
-        "rss_mb": st["VmRSS"] / 1024,
-        "hwm_mb": st["VmHWM"] / 1024,
-        "settled_s": time.monotonic() - t0,
-    }
-
-
-def stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=T)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

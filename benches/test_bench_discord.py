@@ -26,6 +26,7 @@ import pytest
 
 import engine_support as es
 import gateway_support as gs
+import proc_status as ps
 from smoke import SMOKE
 
 THINK_MS = 20
@@ -63,18 +64,18 @@ def _spawn_and_measure(
 
     try:
         proc = benchmark.pedantic(start, rounds=1)
-        started = gs.status(proc.pid)["VmRSS"] / 1024
+        started = ps.status(proc.pid)["VmRSS"] / 1024
         tg = loop.run_until_complete(fakes.call("turn", n=1, think_ms=THINK_MS, delivered=True))
         dturn = (
             loop.run_until_complete(fakes.call("discord_turn", n=2, think_ms=THINK_MS))
             if discord
             else None
         )
-        info = gs.settle(proc)
+        info = ps.settle(proc)
         summary = loop.run_until_complete(fakes.call("summary"))
     finally:
         for p in procs:
-            gs.stop(p)
+            ps.stop(p)
         log.close()
         loop.run_until_complete(fakes.aclose())
         fakes.close()

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 import engine_support as es
+from proc_status import settle, stop
 from smoke import SMOKE
 
 HERE = Path(__file__).parent
@@ -342,46 +343,6 @@ def test_context_tiktoken_count(benchmark: Any, context_case: _ContextCase) -> N
 # --------------------------------------------------------------------------- idle RSS
 
 
-def _status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of a process, in kB (VmHWM, not ru_maxrss: see rss_probe.py)."""
-    out: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0])
-    return out
-
-
-def _settle(proc: subprocess.Popen[bytes], deadline_s: float = 60.0) -> dict[str, float]:
-    """VmRSS/VmHWM once RSS stops moving: five samples 0.5 s apart within 256 kB
-    (or the deadline)."""
-    samples: list[int] = []
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < deadline_s:
-        assert proc.poll() is None, f"the process exited with {proc.returncode}"
-        samples.append(_status(proc.pid)["VmRSS"])
-        last = samples[-5:]
-        if len(last) == 5 and max(last) - min(last) <= 256:
-            break
-        time.sleep(0.5)
-    st = _status(proc.pid)
-    return {
-        "rss_mb": st["VmRSS"] / 1024,
-        "hwm_mb": st["VmHWM"] / 1024,
-        "settled_s": time.monotonic() - t0,
-    }
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=T)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _wait_for(check: Callable[[], bool], proc: subprocess.Popen[Any], what: str) -> None:
     end = time.monotonic() + 120
     while time.monotonic() < end:
@@ -429,10 +390,10 @@ def test_idle_klaw_engine(benchmark: Any, history: _History, tmp_path: Path) -> 
         proc = benchmark.pedantic(start, rounds=1)
         search = _klaw(env, "memory", "search", "when does the plumber come")
         assert search.returncode == 0, search.stderr.decode()
-        info = _settle(proc)
+        info = settle(proc)
     finally:
         for p in procs:
-            _stop(p)
+            stop(p)
         log.close()
     benchmark.extra_info.update(info)
     if not SMOKE:
@@ -460,13 +421,13 @@ def test_idle_python_model(benchmark: Any, history: _History) -> None:
 
     try:
         proc = benchmark.pedantic(start, rounds=1)
-        info = _settle(proc)
+        info = settle(proc)
     finally:
         for p in procs:
             for pipe in (p.stdin, p.stdout):
                 if pipe is not None:
                     pipe.close()
-            _stop(p)
+            stop(p)
     benchmark.extra_info.update(info)
 
 
@@ -526,9 +487,9 @@ def test_idle_llama_cpp_server(benchmark: Any, tmp_path: Path) -> None:
 
     try:
         proc = benchmark.pedantic(start, rounds=1)
-        info = _settle(proc)
+        info = settle(proc)
     finally:
         for p in procs:
-            _stop(p)
+            stop(p)
         log.close()
     benchmark.extra_info.update({**info, "model": gguf.name, "n_ctx": DEFAULT_N_CTX})

@@ -39,6 +39,7 @@ import pytest
 
 import engine_support as es
 import gateway_support as gs
+import proc_status as ps
 from gateway_relay import Relay
 from smoke import SMOKE
 
@@ -428,15 +429,15 @@ def _idle(
 
     try:
         proc = benchmark.pedantic(start, rounds=1)
-        polling = gs.status(proc.pid)["VmRSS"] / 1024
+        polling = ps.status(proc.pid)["VmRSS"] / 1024
         stamps = loop.run_until_complete(
             fakes.call("turn", n=1, think_ms=THINK_MS, delivered=delivered)
         )
-        info = gs.settle(proc)
+        info = ps.settle(proc)
         summary = loop.run_until_complete(fakes.call("summary"))
     finally:
         for p in procs:
-            gs.stop(p)
+            ps.stop(p)
         log.close()
         loop.run_until_complete(fakes.aclose())
         fakes.close()

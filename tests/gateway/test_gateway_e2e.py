@@ -5,24 +5,29 @@ real embedding model, and a scripted OpenAI-compatible model server."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import signal
-import sys
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_telegram import TOKEN, FakeTelegram
+from fake_telegram import FakeTelegram
 
+from engine_harness import (
+    CHAT,
+    FAST,
+    OWNER,
+    engine_running,
+    gateway_config,
+    gateway_running,
+    spawn_engine,
+    until,
+    wait_socket,
+)
 from klaw.cli.app import app
 from klaw.cli.testing import CliRunner
-from klaw.config import EngineConfig, GatewayConfig
-from klaw.engine.daemon import run as run_engine
+from klaw.config import EngineConfig
 from klaw.gateway.channels.telegram.channel import TelegramChannel
-from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.gateway.daemon import run as run_gateway
 from klaw.paths import KlawPaths
 from klaw.wire.logfile import chat_files, read_jsonl
@@ -30,75 +35,6 @@ from klaw.wire.protocol import MAX_LINE_BYTES
 from scripted_llm import FakeLLM, call, write_engine_yaml
 
 T = 20.0
-OWNER = 100
-CHAT = f"telegram_{OWNER}"
-FAST = GatewayTimings(reconnect_initial_s=0.02, reconnect_max_s=0.2, typing_every_s=0.2)
-
-
-def gateway_config(fake: FakeTelegram, **telegram: Any) -> GatewayConfig:
-    return GatewayConfig.model_validate(
-        {
-            "channels": {
-                "telegram": {
-                    "token": TOKEN,
-                    "apiServer": fake.url,
-                    "allowedChatIds": [str(OWNER)],
-                    **telegram,
-                },
-                "console": {"enabled": False},
-            }
-        }
-    )
-
-
-@contextlib.asynccontextmanager
-async def engine_running(paths: KlawPaths, **kwargs: Any) -> AsyncIterator[None]:
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_engine(paths, stop=stop, ready=ready, **kwargs))
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait({task, waiter}, timeout=T, return_when=asyncio.FIRST_COMPLETED)
-    assert ready.is_set(), f"engine did not start: {task.result() if task.done() else '?'}"
-    try:
-        yield
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, T) == 0
-
-
-@contextlib.asynccontextmanager
-async def gateway_running(
-    paths: KlawPaths,
-    fake: FakeTelegram,
-    cfg: GatewayConfig | None = None,
-    *,
-    streams_file: Path | None = None,
-) -> AsyncIterator[Gateway]:
-    cfg = cfg or gateway_config(fake)
-    channel = TelegramChannel(
-        cfg.channels.telegram,
-        paths.inbox,
-        backoff=0.01,
-        max_backoff=0.05,
-        poll_timeout=5,
-        streams_file=streams_file,
-    )
-    stop = asyncio.Event()
-    got: list[Gateway] = []
-    task = asyncio.create_task(
-        run_gateway(paths, cfg, channels=[channel], stop=stop, timings=FAST, started=got.append)
-    )
-    await asyncio.wait_for(_until(lambda: bool(got) or task.done()), T)
-    assert got, f"gateway did not start: {task.result()}"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, T) == 0
-
-
-async def _until(predicate: Callable[[], bool]) -> None:
-    while not predicate():
-        await asyncio.sleep(0.01)
 
 
 def log_lines(paths: KlawPaths, chat: str = CHAT) -> list[dict[str, Any]]:
@@ -128,7 +64,7 @@ async def test_a_telegram_message_is_answered_and_logged_exactly(
         assert sent.visible == "It is tea time." and sent.parse_mode == "HTML"
         assert "<b>tea time</b>" in sent.text
         assert fake.calls_of("sendChatAction")  # typing while the engine worked
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     lines = log_lines(klaw_home)
     assert [(r["role"], r.get("type")) for r in lines] == [
         ("user", None),
@@ -290,7 +226,7 @@ async def test_a_long_reply_with_code_is_split_between_blocks(
         await asyncio.wait_for(gw.connected.wait(), T)
         fake.text(OWNER, "show me code")
         # The buffer clears once every part was sent and the reply logged.
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0 and bool(fake.sent)), T)
+        await until(lambda: len(gw.buffer) == 0 and bool(fake.sent), T)
     parts = fake.sent_to(OWNER)
     assert len(parts) >= 3 and all(p.parse_mode == "HTML" for p in parts)
     for p in parts:
@@ -304,35 +240,6 @@ async def test_a_long_reply_with_code_is_split_between_blocks(
 # ---------------------------------------------------------------- crashes
 
 
-async def spawn_engine(klaw_home: KlawPaths) -> asyncio.subprocess.Process:
-    """`klaw engine` as its own process, with the test's KLAW_* environment."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "klaw.cli.app",
-        "engine",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    return proc
-
-
-async def wait_socket(paths: KlawPaths, proc: asyncio.subprocess.Process) -> None:
-    async def ready() -> None:
-        while True:
-            if proc.returncode is not None:
-                err = await proc.stderr.read() if proc.stderr else b""
-                raise AssertionError(f"engine exited {proc.returncode}: {err.decode()[-2000:]}")
-            with contextlib.suppress(OSError):
-                _, w = await asyncio.open_unix_connection(str(paths.socket))
-                w.close()
-                return
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(ready(), 60)
-
-
 async def test_engine_killed_mid_reply_then_restarted_answers_once(
     klaw_home: KlawPaths, llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
@@ -340,7 +247,7 @@ async def test_engine_killed_mid_reply_then_restarted_answers_once(
     klaw_home.config_dir.mkdir(parents=True, exist_ok=True)
     write_engine_yaml(klaw_home.engine_config, llm.url, debounceMs=0)
     llm.hold = asyncio.Event()  # the model "thinks" until we let it answer
-    engine = await spawn_engine(klaw_home)
+    engine = await spawn_engine()
     try:
         await wait_socket(klaw_home, engine)
         async with gateway_running(klaw_home, fake) as gw:
@@ -349,19 +256,19 @@ async def test_engine_killed_mid_reply_then_restarted_answers_once(
             await asyncio.wait_for(llm.arrived.wait(), T)  # mid-reply
             engine.send_signal(signal.SIGKILL)
             await engine.wait()
-            await asyncio.wait_for(_until(lambda: not gw.connected.is_set()), T)
+            await until(lambda: not gw.connected.is_set(), T)
             assert [m.content for m in gw.buffer.pending()] == ["Tell me something"]
 
             # The killed engine's request finishes into the void first, taking its reply.
             llm.answer("lost with the killed engine")
             llm.answer("Here is something.")
             llm.hold.set()
-            await asyncio.wait_for(_until(lambda: len(llm.replies) == 1), T)
-            engine = await spawn_engine(klaw_home)
+            await until(lambda: len(llm.replies) == 1, T)
+            engine = await spawn_engine()
             await wait_socket(klaw_home, engine)
             (reply,) = await fake.wait_sent(OWNER, 1, T)
             assert reply.visible == "Here is something."
-            await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+            await until(lambda: len(gw.buffer) == 0, T)
             # Another reconnect replays nothing and sends nothing twice.
             assert klaw_home.gateway_buffer.read_bytes() == b""
         assert len(fake.sent_to(OWNER)) == 1
@@ -385,7 +292,7 @@ async def test_both_down_then_gateway_restarts_with_a_full_buffer(
     async with gateway_running(klaw_home, fake) as gw:
         fake.text(OWNER, "one")
         fake.text(OWNER, "two")
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 2), T)
+        await until(lambda: len(gw.buffer) == 2, T)
         assert not gw.connected.is_set()
     assert len(klaw_home.gateway_buffer.read_bytes().splitlines()) == 2
     assert [r["content"] for r in log_lines(klaw_home)] == ["one", "two"]
@@ -396,7 +303,7 @@ async def test_both_down_then_gateway_restarts_with_a_full_buffer(
         gateway_running(klaw_home, fake) as gw,
         engine_running(klaw_home, memory_factory=open_memory, config=config),
     ):
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
         turns = len(llm.requests)  # one batch for both, or one turn each (debounce 0)
         replies = await fake.wait_sent(OWNER, turns, T)
         assert [r.visible for r in replies] == ["Got it."] * turns
@@ -463,8 +370,8 @@ async def test_a_failing_channel_leaves_the_others_running(
     task = asyncio.create_task(
         run_gateway(klaw_home, cfg, channels=[bad_tg, console], stop=stop, timings=FAST)
     )
-    await asyncio.wait_for(_until(lambda: sock.exists()), T)
-    await asyncio.wait_for(_until(lambda: "channel telegram stopped" in caplog.text), T)
+    await until(lambda: sock.exists(), T)
+    await until(lambda: "channel telegram stopped" in caplog.text, T)
     # The console still answers a client after Telegram gave up.
     reader, writer = await asyncio.open_unix_connection(str(sock))
     hello = json.loads(await asyncio.wait_for(reader.readline(), T))
@@ -536,7 +443,7 @@ async def test_a_reply_with_a_huge_tool_round_reaches_the_user_and_the_log(
         fake.text(OWNER, "write the report")
         (sent,) = await fake.wait_sent(OWNER, 1, T)
         assert sent.visible == "Saved the report."
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     assert (klaw_home.workspace / "report.txt").read_text() == body
     lines = log_lines(klaw_home)
     assert [r["role"] for r in lines] == ["user", "assistant", "tool", "assistant"]

@@ -1,5 +1,6 @@
-"""Shared pieces of the scheduler tests: engine and gateway runners, the CLI as a
-real process, and waiting on conditions (never on the clock)."""
+"""Shared pieces of the scheduler tests: engine.yaml for the scripted model, the
+engine and gateway runners of tests/engine_harness.py, the CLI as a real process, and
+waiting on conditions (never on the clock)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,15 +17,30 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gateway"))
-from fake_telegram import TOKEN, FakeTelegram
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fake_telegram import FakeTelegram
 
-from klaw.config import GatewayConfig
-from klaw.engine.daemon import run as run_engine
-from klaw.gateway.channels.telegram.channel import TelegramChannel
-from klaw.gateway.core import Gateway, GatewayTimings
-from klaw.gateway.daemon import run as run_gateway
+import engine_harness as harness
+from engine_harness import CHAT, OWNER, T, gateway_config, gateway_running, until
 from klaw.paths import KlawPaths
 from klaw.wire.logfile import chat_files, read_jsonl
+
+__all__ = [
+    "CHAT",
+    "OWNER",
+    "T",
+    "engine_running",
+    "engine_yaml",
+    "gateway_config",
+    "gateway_running",
+    "history",
+    "klaw",
+    "log_lines",
+    "quartz_at",
+    "seconds_ahead",
+    "telegram_fixture",
+    "until",
+]
 
 
 @pytest.fixture(name="telegram")
@@ -34,12 +50,6 @@ async def telegram_fixture() -> AsyncIterator[FakeTelegram]:
     await server.start()
     yield server
     await server.close()
-
-
-T = 30.0
-OWNER = 100
-CHAT = f"telegram_{OWNER}"
-FAST = GatewayTimings(reconnect_initial_s=0.02, reconnect_max_s=0.2, typing_every_s=0.2)
 
 
 def engine_yaml(
@@ -89,21 +99,6 @@ def engine_yaml(
     return path
 
 
-def gateway_config(fake: FakeTelegram) -> GatewayConfig:
-    return GatewayConfig.model_validate(
-        {
-            "channels": {
-                "telegram": {
-                    "token": TOKEN,
-                    "apiServer": fake.url,
-                    "allowedChatIds": [str(OWNER)],
-                },
-                "console": {"enabled": False},
-            }
-        }
-    )
-
-
 @contextlib.asynccontextmanager
 async def engine_running(paths: KlawPaths, backend: Any) -> AsyncIterator[Any]:
     """The real engine in this loop, with the config in `paths.engine_config`;
@@ -112,52 +107,12 @@ async def engine_running(paths: KlawPaths, backend: Any) -> AsyncIterator[Any]:
     from klaw.memory import Memory
 
     config = load_engine_config(paths.engine_config)
-    stop, ready = asyncio.Event(), asyncio.Event()
-    got: list[Any] = []
-    task = asyncio.create_task(
-        run_engine(
-            paths,
-            lambda: Memory.open(paths=paths, config=config, backend=backend),
-            stop=stop,
-            ready=ready,
-            config=config,
-            started=got.append,
-        )
-    )
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait({task, waiter}, timeout=T, return_when=asyncio.FIRST_COMPLETED)
-    assert ready.is_set(), f"engine did not start: {task.result() if task.done() else '?'}"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, T) == 0
 
+    def opener() -> Memory:
+        return Memory.open(paths=paths, config=config, backend=backend)
 
-@contextlib.asynccontextmanager
-async def gateway_running(paths: KlawPaths, fake: FakeTelegram) -> AsyncIterator[Gateway]:
-    cfg = gateway_config(fake)
-    channel = TelegramChannel(
-        cfg.channels.telegram, paths.inbox, backoff=0.01, max_backoff=0.05, poll_timeout=5
-    )
-    stop = asyncio.Event()
-    got: list[Gateway] = []
-    task = asyncio.create_task(
-        run_gateway(paths, cfg, channels=[channel], stop=stop, timings=FAST, started=got.append)
-    )
-    await asyncio.wait_for(until(lambda: bool(got) or task.done()), T)
-    assert got, f"gateway did not start: {task.result()}"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, T) == 0
-
-
-async def until(predicate: Callable[[], bool], timeout: float = T) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
+    async with harness.engine_running(paths, memory_factory=opener, config=config) as server:
+        yield server
 
 
 async def klaw(*args: str, timeout: float = 60) -> tuple[int, str, str]:

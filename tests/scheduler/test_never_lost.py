@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sched_support import T, engine_yaml, history, klaw, quartz_at, seconds_ahead, until
 
+from engine_harness import spawn_engine, wait_socket
 from klaw.paths import KlawPaths
 from klaw.scheduler.jobs import JobSpec
 from klaw.scheduler.ledger import Ledger
@@ -21,38 +20,11 @@ from klaw.scheduler.service import Scheduler
 from scripted_llm import FakeLLM
 
 
-async def spawn_engine() -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "klaw.cli.app",
-        "engine",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-
-
-async def wait_ready(paths: KlawPaths, proc: asyncio.subprocess.Process) -> None:
-    async def ready() -> None:
-        while True:
-            if proc.returncode is not None:
-                err = await proc.stderr.read() if proc.stderr else b""
-                raise AssertionError(f"engine exited {proc.returncode}: {err.decode()[-2000:]}")
-            with contextlib.suppress(OSError):
-                _, w = await asyncio.open_unix_connection(str(paths.socket))
-                w.close()
-                return
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(ready(), 60)
-
-
 @contextlib.asynccontextmanager
 async def engine_process(paths: KlawPaths) -> AsyncIterator[asyncio.subprocess.Process]:
     proc = await spawn_engine()
     try:
-        await wait_ready(paths, proc)
+        await wait_socket(paths, proc)
         yield proc
     finally:
         if proc.returncode is None:
