@@ -22,6 +22,7 @@ from klaw.gateway.channels.telegram.channel import TelegramChannel
 from klaw.gateway.core import Gateway, GatewayTimings
 from klaw.gateway.daemon import run as run_gateway
 from klaw.paths import KlawPaths
+from klaw.wire.logfile import chat_files, read_jsonl
 
 __all__ = [
     "CHAT",
@@ -31,6 +32,8 @@ __all__ = [
     "engine_running",
     "gateway_config",
     "gateway_running",
+    "gateway_with",
+    "log_lines",
     "spawn_engine",
     "until",
     "wait_socket",
@@ -86,6 +89,29 @@ async def engine_running(paths: KlawPaths, **kwargs: Any) -> AsyncIterator[Any]:
 
 
 @contextlib.asynccontextmanager
+async def gateway_with(
+    paths: KlawPaths,
+    cfg: GatewayConfig,
+    channels: list[Any],
+    ready: Callable[[], bool] = lambda: True,
+) -> AsyncIterator[Gateway]:
+    """The real gateway in this loop with `channels`, once it started and `ready()`;
+    stopped, expecting exit code 0, on the way out."""
+    stop = asyncio.Event()
+    got: list[Gateway] = []
+    task = asyncio.create_task(
+        run_gateway(paths, cfg, channels=channels, stop=stop, timings=FAST, started=got.append)
+    )
+    await until(lambda: (bool(got) and ready()) or task.done())
+    assert got, f"gateway did not start: {task.result()}"
+    try:
+        yield got[0]
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, T) == 0
+
+
+@contextlib.asynccontextmanager
 async def gateway_running(
     paths: KlawPaths,
     fake: FakeTelegram,
@@ -103,18 +129,13 @@ async def gateway_running(
         poll_timeout=5,
         streams_file=streams_file,
     )
-    stop = asyncio.Event()
-    got: list[Gateway] = []
-    task = asyncio.create_task(
-        run_gateway(paths, cfg, channels=[channel], stop=stop, timings=FAST, started=got.append)
-    )
-    await until(lambda: bool(got) or task.done())
-    assert got, f"gateway did not start: {task.result()}"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, T) == 0
+    async with gateway_with(paths, cfg, [channel]) as gateway:
+        yield gateway
+
+
+def log_lines(paths: KlawPaths, chat: str = CHAT) -> list[dict[str, Any]]:
+    """The records of a chat's conversation log, oldest first."""
+    return [r for f in chat_files(paths.conversations, chat) for r in read_jsonl(f).records]
 
 
 async def spawn_engine() -> asyncio.subprocess.Process:

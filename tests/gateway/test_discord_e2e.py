@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from fake_discord import OTHER_ID, TOKEN, FakeDiscord
-from test_gateway_e2e import FAST, T, _until, engine_running
 
+from engine_harness import T, engine_running, gateway_with, log_lines, until
 from klaw.cli.app import app
 from klaw.cli.testing import CliRunner
 from klaw.config import EngineConfig, GatewayConfig, load_gateway_config
@@ -30,9 +30,7 @@ from klaw.gateway.channels.discord.channel import MESSAGE_LIMIT, DiscordChannel
 from klaw.gateway.channels.telegram.format import utf16_len
 from klaw.gateway.core import Gateway
 from klaw.gateway.daemon import DISCORD_CURSOR, build_channels
-from klaw.gateway.daemon import run as run_gateway
 from klaw.paths import KlawPaths
-from klaw.wire.logfile import chat_files, read_jsonl
 from scripted_llm import FakeLLM, call
 
 
@@ -67,22 +65,8 @@ async def gateway_running(
         save_every=0.01,
         previews_file=paths.state_dir / "discord-previews.json",
     )
-    stop = asyncio.Event()
-    got: list[Gateway] = []
-    task = asyncio.create_task(
-        run_gateway(paths, cfg, channels=[channel], stop=stop, timings=FAST, started=got.append)
-    )
-    await asyncio.wait_for(_until(lambda: (bool(got) and fake.connected) or task.done()), T)
-    assert got, f"gateway did not start: {task.result()}"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, T) == 0
-
-
-def log_lines(paths: KlawPaths, chat: str) -> list[dict[str, Any]]:
-    return [r for f in chat_files(paths.conversations, chat) for r in read_jsonl(f).records]
+    async with gateway_with(paths, cfg, [channel], ready=lambda: fake.connected) as gateway:
+        yield gateway
 
 
 async def test_a_dm_is_answered_and_logged(
@@ -111,7 +95,7 @@ async def test_a_dm_is_answered_and_logged(
         assert sent.content == "It is **tea time**."  # Discord renders Markdown itself
         assert sent.reference == int(question["id"]) and sent.allowed_mentions
         assert fake.calls_of("POST /channels/{channel}/typing")  # while the engine worked
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     chat = f"discord_{dm}"
     lines = log_lines(klaw_home, chat)
     assert [r["role"] for r in lines] == ["user", "assistant", "tool", "assistant"]
@@ -242,7 +226,7 @@ async def test_a_long_reply_with_code_is_split_between_blocks(
     ):
         await asyncio.wait_for(gw.connected.wait(), T)
         fake.message(dm, "show me code")
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0 and bool(fake.sent)), T)
+        await until(lambda: len(gw.buffer) == 0 and bool(fake.sent), T)
     parts = fake.sent_to(dm)
     assert len(parts) >= 4
     for p in parts:
@@ -323,7 +307,7 @@ async def test_a_crowd_of_strangers_gets_bounded_pairing_replies(
         for user, chat in strangers:
             fake.message(chat, "hi " + "x" * 200, author=user)
             fake.message(chat, "hello?", author=user)
-        await asyncio.wait_for(_until(lambda: unanswered() >= silent), T)
+        await until(lambda: unanswered() >= silent, T)
     assert unanswered() == silent
     assert len(fake.sent) == MAX_PENDING  # one per stranger, none past the cap
     # which ones: the first to be handled (chats are handled in parallel)
@@ -366,15 +350,15 @@ async def test_the_gateway_killed_mid_stream_loses_and_doubles_nothing(
         fake.drop_after(8)  # the network drops after 8 messages: resumed
         for text in sent[:40]:
             fake.message(dm, text)
-        await asyncio.wait_for(_until(lambda: len(logged()) >= 20), T)
+        await until(lambda: len(logged()) >= 20, T)
         proc.send_signal(signal.SIGKILL)  # mid-stream: some of the 40 are not handled
         await proc.wait()
         for text in sent[40:]:
             fake.message(dm, text)  # said while the gateway is dead
         proc = await spawn()
-        await asyncio.wait_for(_until(lambda: len(logged()) >= len(sent)), T)
+        await until(lambda: len(logged()) >= len(sent), T)
         fake.message(dm, "last")
-        await asyncio.wait_for(_until(lambda: len(logged()) > len(sent)), T)
+        await until(lambda: len(logged()) > len(sent), T)
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
@@ -458,7 +442,7 @@ async def test_a_streamed_reply_is_one_message_edited_and_survives_a_gateway_res
         assert preview.reference == int(question["id"])
         half.set()
         async with gateway_running(klaw_home, fake, cfg) as gw2:
-            await asyncio.wait_for(_until(lambda: len(gw2.buffer) == 0), T)
+            await until(lambda: len(gw2.buffer) == 0, T)
     (final,) = fake.sent_to(dm)
     assert final.message_id == preview.message_id and final.content == whole
     assert fake.edits and llm.requests[0]["stream"] is True

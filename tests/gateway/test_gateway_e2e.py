@@ -17,9 +17,11 @@ from engine_harness import (
     CHAT,
     FAST,
     OWNER,
+    T,
     engine_running,
     gateway_config,
     gateway_running,
+    log_lines,
     spawn_engine,
     until,
     wait_socket,
@@ -30,15 +32,8 @@ from klaw.config import EngineConfig
 from klaw.gateway.channels.telegram.channel import TelegramChannel
 from klaw.gateway.daemon import run as run_gateway
 from klaw.paths import KlawPaths
-from klaw.wire.logfile import chat_files, read_jsonl
 from klaw.wire.protocol import MAX_LINE_BYTES
 from scripted_llm import FakeLLM, call, write_engine_yaml
-
-T = 20.0
-
-
-def log_lines(paths: KlawPaths, chat: str = CHAT) -> list[dict[str, Any]]:
-    return [r for f in chat_files(paths.conversations, chat) for r in read_jsonl(f).records]
 
 
 async def test_a_telegram_message_is_answered_and_logged_exactly(

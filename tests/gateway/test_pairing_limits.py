@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from fake_telegram import FakeTelegram
-from test_gateway_e2e import T, gateway_running
 
+from engine_harness import T, gateway_running
 from klaw.gateway.access import MAX_PENDING, REPLY_EVERY, Pairings
 from klaw.paths import KlawPaths
 

@@ -17,17 +17,17 @@ from fake_discord import FakeDiscord
 from fake_telegram import FakeTelegram
 from test_discord_e2e import discord_config
 from test_discord_e2e import gateway_running as discord_gateway
-from test_gateway_e2e import (
+from test_gateway_replay import RecordingEngine
+
+from engine_harness import (
     CHAT,
     OWNER,
     T,
-    _until,
     engine_running,
     gateway_running,
     log_lines,
+    until,
 )
-from test_gateway_replay import RecordingEngine
-
 from klaw.config import EngineConfig, GatewayConfig
 from klaw.engine.pipeline import PRIVATE_TOOLS
 from klaw.gateway.channels.base import ChannelSendError, OutFile
@@ -280,9 +280,7 @@ async def _deliver_via_engine_socket(
     await asyncio.wait_for(gw.connected.wait(), T)
     engine.writers[-1].write(encode(out))
     await engine.writers[-1].drain()
-    await asyncio.wait_for(
-        _until(lambda: any(getattr(m, "ref", None) == out.id for m in engine.got)), T
-    )
+    await until(lambda: any(getattr(m, "ref", None) == out.id for m in engine.got), T)
     answer = next(m for m in engine.got if getattr(m, "ref", None) == out.id)
     assert isinstance(answer, Delivered | Error)
     return answer
@@ -521,7 +519,7 @@ async def test_the_console_names_the_file_on_this_machine(
     sock = tmp_path / "console.sock"
     channel = ConsoleChannel(sock, user="me")
     listen = asyncio.create_task(channel.listen(_ignore))
-    await asyncio.wait_for(_until(lambda: channel.serving), T)
+    await until(lambda: channel.serving, T)
     reader, writer = await asyncio.open_unix_connection(str(sock))
     await reader.readline()  # hello
     f = out_file("plot.png", png(4, 4), "image/png")

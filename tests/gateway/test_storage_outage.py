@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from fake_telegram import FakeTelegram
-from test_gateway_e2e import CHAT, OWNER, T, gateway_running, log_lines
 
+from engine_harness import CHAT, OWNER, T, gateway_running, log_lines
 from klaw.gateway.channels.base import STORAGE_NOTICE
 from klaw.paths import KlawPaths
 

@@ -10,16 +10,16 @@ import asyncio
 from typing import Any
 
 from fake_telegram import TOKEN, FakeTelegram
-from test_gateway_e2e import (
+
+from engine_harness import (
     CHAT,
     OWNER,
     T,
-    _until,
     engine_running,
     gateway_running,
     log_lines,
+    until,
 )
-
 from klaw.config import EngineConfig, GatewayConfig
 from klaw.paths import KlawPaths
 from scripted_llm import FakeLLM
@@ -79,12 +79,12 @@ async def test_a_private_reply_grows_as_drafts_then_arrives_once(
         fake.text(OWNER, "How often do I water the garden?")
         # Half the reply is written: the chat shows it as a draft, not as a message.
         half_text = "Tomatoes want water every"
-        await asyncio.wait_for(_until(lambda: any(d.text == half_text for d in fake.drafts)), T)
+        await until(lambda: any(d.text == half_text for d in fake.drafts), T)
         assert fake.drafts[-1].chat_id == OWNER and not fake.sent_to(OWNER)
         half.set()
         (sent,) = await fake.wait_sent(OWNER, 1, T)
         assert sent.visible == WHOLE
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     assert llm.requests[0]["stream"] is True
     assert len({d.draft_id for d in fake.drafts}) == 1  # one preview, animated
     assert all(WHOLE.startswith(d.text) for d in fake.drafts)
@@ -114,9 +114,9 @@ async def test_a_group_reply_is_one_message_edited_as_it_grows(
         group_message(fake, "how often do we water?")
         (preview,) = await fake.wait_sent(GROUP, 1, T)
         half_text = "Tomatoes want water every"
-        await asyncio.wait_for(_until(lambda: fake.sent_to(GROUP)[0].visible == half_text), T)
+        await until(lambda: fake.sent_to(GROUP)[0].visible == half_text, T)
         half.set()
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     (final,) = fake.sent_to(GROUP)  # the preview, edited into the reply
     assert final.message_id == preview.message_id and final.visible == WHOLE
     assert fake.edits and not fake.drafts
@@ -147,7 +147,7 @@ async def test_a_gateway_stopped_mid_stream_edits_the_same_message_after_restart
         ]
         half.set()
         async with gateway(klaw_home, fake) as gw2:
-            await asyncio.wait_for(_until(lambda: len(gw2.buffer) == 0), T)
+            await until(lambda: len(gw2.buffer) == 0, T)
     (final,) = fake.sent_to(GROUP)
     assert final.message_id == preview.message_id and final.visible == WHOLE
     contents = [r["content"] for r in log_lines(klaw_home, GROUP_CHAT)]
@@ -173,7 +173,7 @@ async def test_a_private_chat_without_drafts_falls_back_to_edits(
         fake.text(OWNER, "How often do I water the garden?")
         (preview,) = await fake.wait_sent(OWNER, 1, T)
         half.set()
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     (final,) = fake.sent_to(OWNER)
     assert final.message_id == preview.message_id and final.visible == WHOLE
     assert fake.calls_of("sendMessageDraft") and not fake.drafts
@@ -223,6 +223,6 @@ async def test_failing_previews_never_hold_back_the_reply(
         await fake.wait_calls("sendMessageDraft", 2, T)  # the 429, then the 500
         half.set()
         (sent,) = await fake.wait_sent(OWNER, 1, T)
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     assert sent.visible == WHOLE and not fake.drafts
     assert [r["content"] for r in log_lines(klaw_home)][-1] == WHOLE

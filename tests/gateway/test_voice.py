@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 from fake_telegram import TOKEN, FakeTelegram
-from test_gateway_e2e import OWNER, T, _until, engine_running, gateway_running, log_lines
 
+from engine_harness import OWNER, T, engine_running, gateway_running, log_lines, until
 from klaw.config import EngineConfig, GatewayConfig
 from klaw.gateway.voice import FAILED, NOT_CONFIGURED
 from klaw.paths import KlawPaths
@@ -127,7 +127,7 @@ async def test_a_voice_note_is_read_as_its_words_and_logged_beside_the_file(
     async with running(klaw_home, config, open_memory, fake, cfg) as gw:
         voice(fake)
         (reply,) = await fake.wait_sent(OWNER, 1, T)
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     assert reply.visible == "Noted: tomatoes in the evening."
     (sent,) = transcriber.requests
     assert sent["auth"] == f"Bearer {KEY}" and sent["model"] == "whisper-1"
@@ -156,7 +156,7 @@ async def test_without_a_provider_the_sender_is_told_once_and_nothing_is_lost(
         await fake.wait_sent(OWNER, 2, T)  # the notice, then the reply
         voice(fake)
         await fake.wait_sent(OWNER, 3, T)
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     texts = [s.visible for s in fake.sent_to(OWNER)]
     told = NOT_CONFIGURED.replace("`", "")  # `gateway.yaml` shows as code
     assert texts.count(told) == 1
@@ -184,7 +184,7 @@ async def test_too_long_or_failing_is_said_and_the_message_still_goes_on(
         transcriber.status = 503
         voice(fake)
         await fake.wait_sent(OWNER, 4, T)
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     texts = [s.visible for s in fake.sent_to(OWNER)]
     assert "61.0 minutes long" in texts[0] and "up to 1 min" in texts[0]
     assert texts[2] == FAILED.format(reason="the provider answered HTTP 503")
@@ -212,7 +212,7 @@ async def test_a_transcript_too_long_for_a_message_goes_whole_to_a_file_paid_onc
     async with running(klaw_home, config, open_memory, fake, cfg) as gw:
         voice(fake)
         (reply,) = await fake.wait_sent(OWNER, 1, T)
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     assert reply.visible == "That was long." and len(transcriber.requests) == 1
     user = log_lines(klaw_home)[0]
     recording, text = user["meta"]["attachments"]
@@ -251,7 +251,7 @@ async def test_a_voice_note_taken_in_again_is_not_uploaded_again(
         monkeypatch.setattr(os, "fsync", fsync)
         voice(fake)
         sent = await fake.wait_sent(OWNER, 2, T)  # the storage notice, then the reply
-        await asyncio.wait_for(_until(lambda: len(gw.buffer) == 0), T)
+        await until(lambda: len(gw.buffer) == 0, T)
     assert failed and [s.visible for s in sent][1] == "Noted."
     assert len(transcriber.requests) == 1
     assert WORDS in user_text(llm.requests[0])

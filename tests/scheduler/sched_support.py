@@ -21,9 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fake_telegram import FakeTelegram
 
 import engine_harness as harness
-from engine_harness import CHAT, OWNER, T, gateway_config, gateway_running, until
+from engine_harness import CHAT, OWNER, T, gateway_config, gateway_running, log_lines, until
 from klaw.paths import KlawPaths
-from klaw.wire.logfile import chat_files, read_jsonl
 
 __all__ = [
     "CHAT",
@@ -136,10 +135,6 @@ async def history(name: str | None = None) -> list[dict[str, Any]]:
     assert rc == 0, err
     runs: list[dict[str, Any]] = json.loads(out)["runs"]
     return runs
-
-
-def log_lines(paths: KlawPaths, chat: str) -> list[dict[str, Any]]:
-    return [r for f in chat_files(paths.conversations, chat) for r in read_jsonl(f).records]
 
 
 def quartz_at(*moments: datetime) -> str:
