@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke eval run clean \
   sandbox-tools wheel-tools wheels wheel-x86_64 wheel-aarch64 sdist test-install install-smoke \
-  test-aarch64
+  test-aarch64 test-any-hour faketime-tool
 
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
@@ -101,7 +101,34 @@ $(KLAW_OPENCLAW_TEMPLATES)/.ok: | $(VENV)/.deps
 test-py: $(KLAW_TEST_CACHE_DIR)/.model $(KLAW_OPENCLAW_TEMPLATES)/.ok sandbox-tools
 	$(PY) -m pytest tests -q
 
-test: install install-local lint test-rust test-py bench-smoke test-install
+# The time-sensitive suites once more under a shifted clock that every process shares
+# (libfaketime, tests/at.sh), far from UTC and near a DST change: 02:00 on New Year's Day
+# at UTC+14 (UTC is still on the previous day and year) and 01:58 in Los Angeles, two
+# minutes before the clocks go forward. A test computing "today" otherwise than the code
+# it checks fails here at any hour. Both runs always run; either failing fails the target.
+# Left out: the chunker's property tests and the 1,203-message batch (a minute of CPU per
+# run, no clock in them).
+ANY_HOUR_SUITES := tests/openclaw tests/scheduler tests/memory tests/engine tests/cli/test_usage_cmds.py \
+  --ignore=tests/memory/test_chunker.py \
+  --deselect=tests/memory/test_conversations.py::test_more_messages_than_one_batch
+ANY_HOUR_MOMENTS := Pacific/Kiritimati@2027-01-01T02:00:00 America/Los_Angeles@2027-03-14T01:58:00
+
+test-any-hour: $(KLAW_TEST_CACHE_DIR)/.model $(KLAW_OPENCLAW_TEMPLATES)/.ok faketime-tool
+	@rc=0; for m in $(ANY_HOUR_MOMENTS); do zone=$${m%@*}; at=$${m#*@}; at=$${at/T/ }; \
+	  echo "== at $$at in $$zone"; \
+	  tests/at.sh "$$zone" "$$at" -- $(PY) -m pytest $(ANY_HOUR_SUITES) -q || rc=1; \
+	done; exit $$rc
+
+# Debian's faketime for test-any-hour, installed when running as root and missing.
+faketime-tool:
+	@command -v faketime >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "Installing faketime for test-any-hour"; \
+	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends faketime >/dev/null; \
+	else echo "test-any-hour needs faketime: apt-get install faketime (Debian), as root"; exit 1; fi
+
+test: install install-local lint test-rust test-py test-any-hour bench-smoke test-install
 
 # Every benchmark once, on small corpora, without its speed/memory bars (benches/smoke.py):
 # a bench broken by a code change fails here, not at the next full `make bench`.
