@@ -55,6 +55,7 @@ lint: $(VENV)/.deps
 	$(PY) -m mypy.stubtest klaw._core --allowlist stubtest-allowlist.txt
 	cargo fmt --all -- --check
 	cargo clippy --release --all-targets -- -D warnings
+	$(PY) benches/readme_numbers.py --check
 
 test-rust:
 	cargo test --release -p klaw-core
@@ -139,7 +140,8 @@ bench: install sandbox-tools
 	mkdir -p .benchmarks
 	$(PY) -m pytest benches -q -p no:randomly --benchmark-columns=median,mean,min,rounds \
 	  --benchmark-sort=name --benchmark-json=.benchmarks/latest.json
-	$(PY) benches/report.py .benchmarks/latest.json
+	set -o pipefail; $(PY) benches/report.py .benchmarks/latest.json | tee docs/bench-latest.txt
+	$(PY) benches/readme_numbers.py
 
 # Memory retrieval quality on the dev sets (docs/memory-eval.md): one table. The
 # LongMemEval set is read from ~/.cache/klaw-eval/longmemeval when present (not in the
