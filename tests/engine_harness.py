@@ -9,7 +9,8 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,23 +70,31 @@ def gateway_config(fake: FakeTelegram, **telegram: Any) -> GatewayConfig:
 
 
 @contextlib.asynccontextmanager
-async def engine_running(paths: KlawPaths, **kwargs: Any) -> AsyncIterator[Any]:
-    """The real engine (`klaw.engine.daemon.run(paths, **kwargs)`) in this loop; yields
-    its server (`.handler` is the pipeline, `.scheduler` the controls) and stops it,
-    expecting exit code 0, on the way out."""
-    stop, ready = asyncio.Event(), asyncio.Event()
+async def _daemon(
+    name: str, run: Callable[..., Awaitable[int]], ready: Callable[[], bool], **kwargs: Any
+) -> AsyncIterator[Any]:
+    """`run(stop=…, started=…, **kwargs)` as a task of this loop; yields what it passed
+    to `started` once `ready()`, and stops it, expecting exit code 0, on the way out."""
+    stop = asyncio.Event()
     got: list[Any] = []
-    task = asyncio.create_task(
-        run_engine(paths, stop=stop, ready=ready, started=got.append, **kwargs)
-    )
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait({task, waiter}, timeout=T, return_when=asyncio.FIRST_COMPLETED)
-    assert ready.is_set(), f"engine did not start: {task.result() if task.done() else '?'}"
+    task = asyncio.create_task(run(stop=stop, started=got.append, **kwargs))
+    with contextlib.suppress(TimeoutError):
+        await until(lambda: (bool(got) and ready()) or task.done())
+    assert got, f"{name} did not start: {task.result() if task.done() else '?'}"
     try:
         yield got[0]
     finally:
         stop.set()
         assert await asyncio.wait_for(task, T) == 0
+
+
+@contextlib.asynccontextmanager
+async def engine_running(paths: KlawPaths, **kwargs: Any) -> AsyncIterator[Any]:
+    """The real engine (`klaw.engine.daemon.run(paths, **kwargs)`) in this loop, once
+    its socket accepts; yields its server (`.handler` is the pipeline, `.scheduler`
+    the controls)."""
+    async with _daemon("engine", partial(run_engine, paths), lambda: True, **kwargs) as server:
+        yield server
 
 
 @contextlib.asynccontextmanager
@@ -95,20 +104,10 @@ async def gateway_with(
     channels: list[Any],
     ready: Callable[[], bool] = lambda: True,
 ) -> AsyncIterator[Gateway]:
-    """The real gateway in this loop with `channels`, once it started and `ready()`;
-    stopped, expecting exit code 0, on the way out."""
-    stop = asyncio.Event()
-    got: list[Gateway] = []
-    task = asyncio.create_task(
-        run_gateway(paths, cfg, channels=channels, stop=stop, timings=FAST, started=got.append)
-    )
-    await until(lambda: (bool(got) and ready()) or task.done())
-    assert got, f"gateway did not start: {task.result()}"
-    try:
-        yield got[0]
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, T) == 0
+    """The real gateway in this loop with `channels`, once it started and `ready()`."""
+    run = partial(run_gateway, paths, cfg, channels=channels, timings=FAST)
+    async with _daemon("gateway", run, ready) as gateway:
+        yield gateway
 
 
 @contextlib.asynccontextmanager
