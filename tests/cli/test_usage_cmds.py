@@ -7,9 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -26,7 +27,10 @@ EIGHTHS = {"█": 8, "▉": 7, "▊": 6, "▋": 5, "▌": 4, "▍": 3, "▎": 2,
 
 @pytest.fixture
 def home(klaw_home: KlawPaths, monkeypatch: pytest.MonkeyPatch) -> KlawPaths:
-    monkeypatch.setattr(usage_cmds, "_today", lambda: TODAY)
+    # The owner's days are UTC days here, whatever the host's zone (any-hour runs).
+    klaw_home.engine_config.parent.mkdir(parents=True, exist_ok=True)
+    klaw_home.engine_config.write_text("scheduler:\n  timezone: UTC\n")
+    monkeypatch.setattr(usage_cmds, "_today", lambda zone: TODAY)
     return klaw_home
 
 
@@ -459,3 +463,27 @@ def test_usage_command_imports_stay_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_reply_counts_on_the_owners_day_not_its_files_utc_day(
+    klaw_home: KlawPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Usage days are the owner's, like job days and token caps: at UTC+14 a reply at
+    12:00 UTC on the 24th belongs to the owner's 25th (its file is named the 24th)."""
+    klaw_home.engine_config.parent.mkdir(parents=True, exist_ok=True)
+    klaw_home.engine_config.write_text("scheduler:\n  timezone: Pacific/Kiritimati\n")
+    kiritimati = ZoneInfo("Pacific/Kiritimati")
+    monkeypatch.setattr(usage_cmds, "_today", lambda zone: TODAY if zone == kiritimati else None)
+    utc = datetime.combine(TODAY, time(2, 0), kiritimati).astimezone(UTC)
+    assert utc.date() == day(1)
+    record = Record(
+        id="a1",
+        ts=utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        role="assistant",
+        content="ok",
+        meta={"channel": "telegram", "model": "glm-5", "tokens_in": 5, "tokens_out": 1},
+    )
+    write(klaw_home, "telegram_1", utc.date(), record)
+    today = run_json("--days", "1")
+    assert today["to"] == TODAY.isoformat()
+    assert today["totals"] == {"tokens_in": 5, "tokens_out": 1, "replies": 1}

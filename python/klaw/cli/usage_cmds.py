@@ -2,8 +2,11 @@
 
 The JSONL logs are the truth (design §5.2): every assistant reply carries
 ``meta.model``, ``meta.tokens_in`` and ``meta.tokens_out``. Only the day files
-(``conversations/{chat}/YYYY-MM-DD.jsonl``, named by UTC day) inside the window are
-opened, and klaw.db is never touched, so this works while the engine runs. Damaged
+(``conversations/{chat}/YYYY-MM-DD.jsonl``, named by UTC day) that can hold a reply of
+the window are opened, and klaw.db is never touched, so this works while the engine
+runs. Days are the owner's (``scheduler.timezone``, else the host's zone), the days
+in which jobs, token caps, daily logs and summaries are counted: a reply is counted
+on the owner's day of its ``ts``, whatever UTC day names its file. Damaged
 lines (a torn last line, invalid UTF-8, bad JSON, bad usage fields) are counted and
 reported in a footer, never fatal.
 
@@ -16,7 +19,7 @@ import json
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +39,25 @@ _FULL = "█"
 _MAX_DETAILS = 5  # damaged lines listed by place in the footer; the rest are counted
 
 
-def _today() -> date:
-    """Today in UTC (the day files are named by UTC day); replaced in tests."""
-    return datetime.now(UTC).date()
+def _zone(paths: KlawPaths) -> tzinfo:
+    """The owner's zone: engine.yaml's ``scheduler.timezone``, else the host's (also when
+    engine.yaml is missing or invalid: usage is read from the logs alone)."""
+    if paths.engine_config.is_file():
+        from klaw.config import load_engine_config  # pydantic: only when there is a file
+        from klaw.errors import ConfigError
+
+        try:
+            zone = load_engine_config(paths.engine_config).scheduler.zone()
+        except ConfigError:
+            zone = None
+        if zone is not None:
+            return zone
+    return datetime.now().astimezone().tzinfo or UTC
+
+
+def _today(zone: tzinfo) -> date:
+    """Today in the owner's zone; replaced in tests."""
+    return datetime.now(zone).date()
 
 
 @dataclass(slots=True)
@@ -144,10 +163,12 @@ def _usage_of(record: dict[str, Any]) -> tuple[str, int, int] | str | None:
     return model, counts[0], counts[1]
 
 
-def collect(root: Path, days: int, chat: str | None, today: date) -> Report:
-    """Sum the usage in the day files dated ``today - days + 1`` to ``today``."""
+def collect(root: Path, days: int, chat: str | None, today: date, zone: tzinfo = UTC) -> Report:
+    """Sum the usage of the owner's days ``today - days + 1`` to ``today`` (in `zone`),
+    opening only the UTC day files that can hold a reply of those days."""
     first = date.min if days > (today - date.min).days else today - timedelta(days=days - 1)
     report = Report(first=first, last=today, days=days, chat=chat, skipped=Skipped(root))
+    files_from, files_to = _utc_days(first, today, zone)
     for chat_id in [chat] if chat is not None else list_chats(root):
         for path in chat_files(root, chat_id):
             try:
@@ -155,12 +176,30 @@ def collect(root: Path, days: int, chat: str | None, today: date) -> Report:
             except ValueError:
                 report.skipped.file(path, "file name is not a valid date")
                 continue
-            if first <= day <= today:
-                _read_day_file(report, path, day, chat_id)
+            if files_from <= day <= files_to:
+                _read_day_file(report, path, day, chat_id, zone)
     return report
 
 
-def _read_day_file(report: Report, path: Path, day: date, chat_id: str) -> None:
+def _utc_days(first: date, last: date, zone: tzinfo) -> tuple[date, date]:
+    """The UTC days that overlap the owner's days `first` to `last`."""
+    try:
+        start = datetime.combine(first, time(), zone).astimezone(UTC).date()
+        end = (datetime.combine(last, time(23, 59, 59), zone)).astimezone(UTC).date()
+    except OverflowError:  # the window reaches date.min or date.max
+        return date.min, date.max
+    return start, end
+
+
+def _day_of(record: dict[str, Any], file_day: date, zone: tzinfo) -> date:
+    """The owner's day of a record's ``ts``; the file's day when ts cannot be read."""
+    try:
+        return datetime.fromisoformat(str(record["ts"])).astimezone(zone).date()
+    except (KeyError, ValueError, OverflowError):
+        return file_day
+
+
+def _read_day_file(report: Report, path: Path, file_day: date, chat_id: str, zone: tzinfo) -> None:
     # Every line is either yielded or passed to on_skip, so counting both numbers lines.
     line_no = 0
 
@@ -177,7 +216,9 @@ def _read_day_file(report: Report, path: Path, day: date, chat_id: str) -> None:
             if isinstance(found, str):
                 report.skipped.line(path, line_no, found)
             elif found is not None:
-                report.add(day, chat_id, *found)
+                day = _day_of(record, file_day, zone)
+                if report.first <= day <= report.last:
+                    report.add(day, chat_id, *found)
     except OSError as exc:  # vanished or unreadable: report it, keep going
         report.skipped.file(path, f"cannot read: {exc.strerror or exc}")
         return
@@ -319,8 +360,9 @@ def render_json(report: Report) -> dict[str, Any]:
 
 
 def usage(days: int, chat: str | None, json_out: bool) -> int:
-    """Print token usage of the last ``days`` UTC days (today included)."""
-    root = KlawPaths.from_env().conversations
+    """Print token usage of the owner's last ``days`` days (today included)."""
+    paths = KlawPaths.from_env()
+    root = paths.conversations
     if chat is not None:
         try:
             validate_chat_id(chat)
@@ -335,7 +377,8 @@ def usage(days: int, chat: str | None, json_out: bool) -> int:
                 file=sys.stderr,
             )
             return 1
-    report = collect(root, days, chat, _today())
+    zone = _zone(paths)
+    report = collect(root, days, chat, _today(zone), zone)
     if json_out:
         print(json.dumps(render_json(report), indent=2, ensure_ascii=False))
     else:
