@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import resource
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from klaw import _core
+from klaw.config import load_engine_config
 from klaw.errors import InvalidInput
 from klaw.memory import Hit, Memory
 from klaw.memory.embedding import OnnxBackend
@@ -136,7 +139,10 @@ def test_index_workspace_indexes_daily_logs_and_forgets_deleted(
     assert sorted(r.indexed) == ["MEMORY.md", "memory/2026-02-24.md"]
     hit = memory.search("garden project with Anna", top_k=1)[0]
     assert hit.source == "memory/2026-02-24.md"
-    assert hit.created_at == "2026-02-24T00:00:00Z"  # dated by the file name
+    # Dated by the file name: the start of that day in the owner's zone (none is set in
+    # this config: the host's zone).
+    start = datetime(2026, 2, 24).astimezone().astimezone(UTC)
+    assert hit.created_at == start.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert memory.search("garden", since="2026-02-25") == [] or all(
         h.source != "memory/2026-02-24.md" for h in memory.search("garden", since="2026-02-25")
     )
@@ -263,3 +269,22 @@ def test_a_memory_file_too_big_to_index_is_said_out_loud(
     assert any(
         "not indexed" in r.getMessage() and "huge.md" in r.getMessage() for r in caplog.records
     )
+
+
+def test_a_daily_log_is_dated_from_the_start_of_the_owners_day(
+    klaw_home: KlawPaths, backend: Any
+) -> None:
+    """At UTC+14 the owner's 24th starts at 10:00 UTC on the 23rd: a search `since` the
+    owner's 24th finds that day's log, whatever the host's zone."""
+    klaw_home.engine_config.parent.mkdir(parents=True, exist_ok=True)
+    klaw_home.engine_config.write_text("scheduler:\n  timezone: Pacific/Kiritimati\n")
+    config = load_engine_config(klaw_home.engine_config)
+    mem = Memory.open(paths=klaw_home, config=config, backend=backend)
+    try:
+        (klaw_home.workspace / "memory").mkdir()
+        (klaw_home.workspace / "memory" / "2026-02-24.md").write_text("Met Anna at noon.\n")
+        mem.index_workspace()
+        hit = mem.search("Anna", top_k=1)[0]
+        assert hit.created_at == "2026-02-23T10:00:00Z"
+    finally:
+        mem.close()

@@ -138,3 +138,19 @@ async def test_corrupt_core_memory_is_an_error_result(
     klaw_home.core_memory.write_text("{not json")
     res = await reg.dispatch("memory_core_get", {})
     assert res.is_error and "klaw memory edit" in res.content
+
+
+async def test_dates_are_the_owners_days(memory: Memory) -> None:
+    """A bare date in `since`/`until` and the date shown on a hit are the owner's days
+    (scheduler.timezone), as the model's clock is: at UTC+14 the owner's 24th starts at
+    10:00 UTC on the 23rd."""
+    from klaw.tools.memory_tools import MemorySearch
+
+    memory.save("Dinner with Anna at the harbour", created_at="2026-02-23T11:00:00Z")
+    memory.save("Dinner with Anna at the station", created_at="2026-02-23T09:00:00Z")
+    search = MemorySearch(memory, zone="Pacific/Kiritimati")
+    found = await search.run({"query": "dinner with Anna", "since": "2026-02-24"})
+    assert "harbour" in found and "station" not in found
+    assert "(2026-02-24, score" in found  # 11:00 UTC on the 23rd is the owner's 24th
+    found = await search.run({"query": "dinner with Anna", "until": "2026-02-23"})
+    assert "station" in found and "harbour" not in found

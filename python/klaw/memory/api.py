@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -293,6 +293,21 @@ class Memory:
             )
         )
 
+    def _dated(self, name: str) -> str | None:
+        """A daily log's time: the start of the day its name gives, in the owner's zone
+        (scheduler.timezone, else the host's), the day the log was written for; None
+        when the name holds no valid date."""
+        m = _DATED.search(name)
+        try:
+            day = date.fromisoformat(m.group(1)) if m else None
+        except ValueError:
+            return None
+        if day is None:
+            return None
+        start = datetime.combine(day, datetime.min.time())
+        zone = self.config.scheduler.zone()
+        return to_iso((start.replace(tzinfo=zone) if zone else start.astimezone()).astimezone(UTC))
+
     def source_label(self, path: Path) -> str:
         """Workspace files are cited relative to the workspace (`memory/2026-02-24.md`)."""
         path = path.resolve()
@@ -335,10 +350,7 @@ class Memory:
         del data
         if st.st_size >= 256 * 1024:  # minutes of CPU on a Pi: say what is going on
             log.info("indexing %s (%d KiB)", label, st.st_size // 1024)
-        m = _DATED.search(p.name)
-        created = (
-            f"{m.group(1)}T00:00:00Z" if m else to_iso(datetime.fromtimestamp(st.st_mtime, UTC))
-        )
+        created = self._dated(p.name) or to_iso(datetime.fromtimestamp(st.st_mtime, UTC))
         assert created is not None
         if isinstance(self.backend, OnnxBackend):
             # One crossing: chunk, hash, embed through the cache and replace, GIL free.

@@ -6,8 +6,9 @@ import asyncio
 import functools
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, ClassVar
+from zoneinfo import ZoneInfo
 
 from klaw.memory.core import SECTIONS, CoreMemoryKeyError
 from klaw.tools.base import Tool, ToolError
@@ -32,8 +33,11 @@ MAX_TOP_K = 50
 _SECTION = {"type": "string", "enum": list(SECTIONS)}
 
 
-def _parse_when(value: str, name: str, *, end_of_day: bool = False) -> datetime:
-    """An ISO date or datetime (naive = UTC). A bare `until` date includes that whole day."""
+def _parse_when(
+    value: str, name: str, zone: tzinfo | None, *, end_of_day: bool = False
+) -> datetime:
+    """An ISO date or datetime; one without an offset is the owner's time (`zone`, None:
+    the host's), as the model is told it. A bare `until` date includes that whole day."""
     try:
         when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
@@ -44,25 +48,33 @@ def _parse_when(value: str, name: str, *, end_of_day: bool = False) -> datetime:
     if end_of_day and len(value.strip()) == 10:
         when = datetime.combine(when.date(), time(23, 59, 59))
     if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+        when = when.replace(tzinfo=zone) if zone else when.astimezone()
     return when
 
 
-def format_hits(hits: list[Hit]) -> str:
-    """Numbered hits, each headed by its citation (`memory/2026-02-24.md#L12-L30`)."""
+def format_hits(hits: list[Hit], zone: tzinfo | None = None) -> str:
+    """Numbered hits, each headed by its citation (`memory/2026-02-24.md#L12-L30`) and
+    its day in the owner's zone (`zone`, None: the host's)."""
     blocks = []
     for i, h in enumerate(hits, 1):
-        date = h.created_at[:10] if h.created_at else "undated"
+        date = _day(h.created_at, zone) if h.created_at else "undated"
         blocks.append(f"[{i}] {h.citation} ({date}, score {h.score:.3f})\n{h.content.strip()}")
     return "\n\n".join(blocks)
 
 
-def _filters(args: dict[str, Any]) -> dict[str, Any]:
+def _day(created_at: str, zone: tzinfo | None) -> str:
+    try:
+        return datetime.fromisoformat(created_at).astimezone(zone).date().isoformat()
+    except ValueError:
+        return created_at[:10]
+
+
+def _filters(args: dict[str, Any], zone: tzinfo | None) -> dict[str, Any]:
     filters: dict[str, Any] = {}
     if "since" in args:
-        filters["since"] = _parse_when(args["since"], "since")
+        filters["since"] = _parse_when(args["since"], "since", zone)
     if "until" in args:
-        filters["until"] = _parse_when(args["until"], "until", end_of_day=True)
+        filters["until"] = _parse_when(args["until"], "until", zone, end_of_day=True)
     return filters
 
 
@@ -72,7 +84,8 @@ class _TimeWords:
 
     def __init__(self, now: Callable[[], datetime] | None, zone: str | None) -> None:
         self._now = now or (lambda: datetime.now(UTC))
-        self._zone = zone
+        #: The owner's zone (scheduler.timezone); None: the host's.
+        self.zone: tzinfo | None = ZoneInfo(zone) if zone else None
 
     def range(self, query: str, args: dict[str, Any]) -> tuple[str, TimeRange | None]:
         if "since" in args or "until" in args:
@@ -80,13 +93,7 @@ class _TimeWords:
         # Imported here: its ~100 rules take ~80 ms to compile, paid at the first search.
         from klaw.memory.timewords import find_time_range, strip_phrase
 
-        now = self._now()
-        if self._zone:
-            from zoneinfo import ZoneInfo
-
-            now = now.astimezone(ZoneInfo(self._zone))
-        else:
-            now = now.astimezone()
+        now = self._now().astimezone(self.zone)
         found = find_time_range(query, now)
         if found is None:
             return query, None
@@ -132,7 +139,7 @@ class MemorySearch(Tool):
         query = args["query"]
         if not query.strip():
             raise ToolError("query must not be empty")
-        filters = _filters(args)
+        filters = _filters(args, self.time_words.zone)
         if "source" in args:
             if str(args["source"]).startswith("chat:"):
                 raise ToolError("past messages are searched with conversation_search")
@@ -151,7 +158,7 @@ class MemorySearch(Tool):
             hits += [h for h in more if h.id not in seen][: want - len(hits)]
         if not hits:
             return f"No memories found for {query!r}."
-        return format_hits(hits)
+        return format_hits(hits, self.time_words.zone)
 
 
 class ConversationSearch(Tool):
@@ -188,7 +195,7 @@ class ConversationSearch(Tool):
         query = args["query"]
         if not query.strip():
             raise ToolError("query must not be empty")
-        filters = _filters(args)
+        filters = _filters(args, self.time_words.zone)
         top_k = int(args["top_k"]) if "top_k" in args else None
         text, when = self.time_words.range(query, args)
         note = ""
@@ -202,7 +209,7 @@ class ConversationSearch(Tool):
             hits = await self.memory.asearch_conversation(self.chat_id, text, top_k, **filters)
         if not hits:
             return f"No earlier messages found for {query!r}."
-        return note + format_hits(hits)
+        return note + format_hits(hits, self.time_words.zone)
 
 
 class MemorySave(Tool):
