@@ -8,8 +8,8 @@ wins over the system, like PATH, with a warning; either one replaces a built-in 
 of that name (the way to change it; logged once, at INFO). A SKILL.md whose
 frontmatter is missing or broken is skipped with a warning and listed nowhere, so one
 bad file never hides the others. The directories are scanned on every call (a few
-small reads), so skills added while the engine runs are seen at once; each warning is
-logged once per problem.
+small reads), so skills added or edited while the engine runs are seen at once (the
+YAML of a SKILL.md is parsed once per content); each warning is logged once per problem.
 
 OpenClaw's and ClawHub's frontmatter is read as they write it (`klaw.skills.meta`): a
 skill whose requirements are missing here is not offered, `disable-model-invocation`
@@ -21,6 +21,7 @@ name. A skill is instructions only: it never adds a tool, a mount or a permissio
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 from collections.abc import Mapping
@@ -125,6 +126,30 @@ def _scan_cached(folder: Path) -> tuple[tuple[Finding, ...], str]:
     return found, files.digest[:16]
 
 
+# digest of a SKILL.md's text -> (name, description, meta), or why it is refused: the
+# files are read at every scan (the pipeline scans once per turn), the YAML is parsed
+# once per content (the digest, not the text, is kept: a SKILL.md may be 256 KiB).
+_PARSED: dict[bytes, tuple[str, str, SkillMeta] | str] = {}
+
+
+def _parsed(text: str) -> tuple[str, str, SkillMeta]:
+    """A SKILL.md's name, description and meta; ValueError says why it is refused."""
+    key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest()
+    hit = _PARSED.get(key)
+    if hit is None:
+        try:
+            front = parse_frontmatter(text)
+            hit = (front["name"].strip(), " ".join(front["description"].split()), read_meta(front))
+        except ValueError as exc:
+            hit = str(exc)
+        if len(_PARSED) > 256:
+            _PARSED.clear()
+        _PARSED[key] = hit
+    if isinstance(hit, str):
+        raise ValueError(hit)
+    return hit
+
+
 class SkillCatalog:
     """The skills currently on disk, workspace over system over built-in.
 
@@ -176,7 +201,7 @@ class SkillCatalog:
             try:
                 if path.stat().st_size > MAX_SKILL_BYTES:
                     raise ValueError(f"it is over {MAX_SKILL_BYTES} bytes")
-                meta = parse_frontmatter(path.read_text(encoding="utf-8"))
+                name, desc, meta = _parsed(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
                 reason = (
                     "it is not valid UTF-8"
@@ -188,15 +213,13 @@ class SkillCatalog:
                 self.refused[path] = reason
                 self._warn(f"Skill file {path} skipped: {reason}")
                 continue
-            name = meta["name"].strip()
             if name in found:
                 self._warn(
                     f"Skill {name!r} is defined twice in {directory} "
                     f"({found[name].path.parent.name}/, {sub.name}/), using the first"
                 )
                 continue
-            desc = " ".join(meta["description"].split())
-            found[name] = Skill(name, desc, path, origin, read_meta(meta))
+            found[name] = Skill(name, desc, path, origin, meta)
         return found
 
     def skills(self) -> dict[str, Skill]:
