@@ -14,18 +14,27 @@ pipeline makes them in a worker thread). The reply goes into its slot before the
 points at it, and a lookup checks that the slot's reply really answers the message, so a
 crash between the two writes never re-sends the wrong reply. klaw.db's `meta` keys of
 earlier versions are read once when a chat has no file yet.
+
+`record` replaces both files (temp file, rename) before the reply goes out, so an engine
+killed at any point finds them; `sync` makes them durable (fsync of the files and the
+folder) and runs after the reply was sent: the four fsyncs were most of a reply's wall
+time on a busy disk. A power cut between the two loses at most the newest mark (the
+one before is found, or on some file systems an empty file, read as no mark): a
+redelivered message may then be answered again, the same lesser harm as a damaged
+mark (below); klaw.db itself commits without fsync (WAL, synchronous=NORMAL).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from klaw.fsutil import atomic_write
+from klaw.fsutil import fsync_dir, temp_path
 from klaw.wire.protocol import Outbound
 from klaw.wire.record import validate_chat_id
 
@@ -45,6 +54,9 @@ class AnsweredMarks:
         self._legacy = legacy  # meta_get of klaw.db, for marks written by older versions
         self._marks: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        # Chat -> files written by `record` and not fsynced yet ("" stands for the folder
+        # itself, new in the root).
+        self._unsynced: dict[str, set[str]] = {}
 
     def _dir(self, chat_id: str) -> Path:
         return self.root / validate_chat_id(chat_id)
@@ -104,13 +116,39 @@ class AnsweredMarks:
         n = int(previous.get("n", 0))
         slot = str(n % KEPT_REPLIES)
         folder = self._dir(out.chat_id)
-        atomic_write(folder / f"{slot}.json", out.model_dump_json(), mkdir=True)
+        written = {f"{slot}.json", "mark.json"}
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            written.add("")
+        _replace(folder / f"{slot}.json", out.model_dump_json())
         slots = dict(previous.get("slots") or {})
         slots[slot] = out.answers
         mark = {"ts": max(latest, str(previous.get("ts", ""))), "n": n + 1, "slots": slots}
-        atomic_write(folder / "mark.json", json.dumps(mark))
+        _replace(folder / "mark.json", json.dumps(mark))
         with self._lock:
             self._marks[out.chat_id] = mark
+            self._unsynced.setdefault(out.chat_id, set()).update(written)
+
+    def sync(self, chat_id: str | None = None) -> None:
+        """fsyncs what `record` wrote for `chat_id` (every chat: None) and its folder."""
+        with self._lock:
+            chats = list(self._unsynced) if chat_id is None else [chat_id]
+            pending = [(c, self._unsynced.pop(c, set())) for c in chats]
+        for chat, names in pending:
+            folder = self._dir(chat)
+            try:
+                for name in sorted(names - {""}):
+                    fd = os.open(folder / name, os.O_RDONLY | os.O_CLOEXEC)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                if names:
+                    fsync_dir(folder)
+                if "" in names:
+                    fsync_dir(self.root)
+            except OSError as exc:
+                log.warning("answered: could not make the mark of %s durable: %s", chat, exc)
 
     def _load(self, chat_id: str) -> dict[str, Any]:
         path = self._dir(chat_id) / "mark.json"
@@ -143,3 +181,21 @@ class AnsweredMarks:
         except (OSError, UnicodeDecodeError) as exc:
             log.error("answered: cannot read %s: %s", path, exc)
             return None
+
+
+def _replace(target: Path, text: str) -> None:
+    """Replace `target` with `text` atomically (a temp file beside it, renamed over it);
+    not durable until `AnsweredMarks.sync`."""
+    tmp = temp_path(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            view = memoryview(text.encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

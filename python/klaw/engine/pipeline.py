@@ -420,6 +420,7 @@ class Pipeline:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._chats.clear()
+        await asyncio.to_thread(self.answered.sync)  # watermarks whose fsync was cancelled
 
     # ------------------------------------------------------------------ one turn
 
@@ -535,6 +536,8 @@ class Pipeline:
         )
         await asyncio.to_thread(self._finish, out, latest)
         await _send(reply, out)
+        # The watermark was written before the reply went out; durable after it.
+        self._spawn(asyncio.to_thread(self.answered.sync, chat_id))
         if self.on_reply is not None:
             self.on_reply(chat_id)
         if self.after_turn is not None and batch.priority < SUBAGENT:

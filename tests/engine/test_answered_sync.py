@@ -1,0 +1,102 @@
+"""The answered watermark is on disk before the reply goes out, and fsynced after it:
+the fsyncs are not on the reply's path, and none is skipped."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from klaw.engine.answered import AnsweredMarks
+from klaw.engine.pipeline import Pipeline
+from klaw.llm.router import Router
+from klaw.memory import Memory
+from klaw.paths import KlawPaths
+from klaw.wire.protocol import Error, Inbound, Outbound
+from scripted_llm import FakeLLM, engine_config
+
+T = 30.0
+CHAT = "telegram_7"
+
+
+def _fsyncs(monkeypatch: pytest.MonkeyPatch, under: Path) -> list[str]:
+    """Paths fsynced under `under` (files and folders), in order."""
+    seen: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: Any) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd if isinstance(fd, int) else fd.fileno()}")
+        if path.startswith(str(under)):
+            seen.append(path)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+async def test_the_mark_is_written_before_the_reply_and_fsynced_after_it(
+    tmp_path: Path,
+    klaw_home: KlawPaths,
+    backend: Any,
+    llm: FakeLLM,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = engine_config(tmp_path, llm.url, debounceMs=0)
+    folder = klaw_home.answered / CHAT
+    synced = _fsyncs(monkeypatch, klaw_home.answered)
+    at_reply: dict[str, Any] = {}
+
+    async def reply(out: Outbound | Error) -> None:
+        assert isinstance(out, Outbound)
+        # What a gateway that dies now, and an engine restarted after it, would find.
+        at_reply["mark"] = AnsweredMarks(klaw_home.answered).covers(CHAT, "0")
+        at_reply["fsynced"] = list(synced)
+
+    llm.answer("hello back")
+    memory = Memory.open(paths=klaw_home, config=config, backend=backend)
+    router = Router(config)
+    try:
+        pipeline = Pipeline(config, klaw_home, memory, router)
+        msg = Inbound(id="m1", channel="telegram", chat_id=CHAT, ts=datetime.now(UTC), content="hi")
+        await asyncio.wait_for(pipeline.handle(msg, reply), T)
+        assert at_reply == {"mark": True, "fsynced": []}
+        wanted = {str(folder / "0.json"), str(folder / "mark.json"), str(folder)}
+        wanted.add(str(klaw_home.answered))  # the chat's folder is new
+        deadline = asyncio.get_running_loop().time() + T
+        while not wanted <= set(synced):  # the background fsync, without a shutdown
+            assert asyncio.get_running_loop().time() < deadline, synced
+            await asyncio.sleep(0.01)
+        await pipeline.aclose()
+    finally:
+        await router.aclose()
+        memory.close()
+
+
+def test_sync_covers_every_chat_written_and_each_file_once(
+    klaw_home: KlawPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sync()` with no chat (the pipeline's shutdown) fsyncs every pending write."""
+    synced = _fsyncs(monkeypatch, klaw_home.answered)
+    marks = AnsweredMarks(klaw_home.answered)
+    now = datetime.now(UTC)
+    for chat in ("telegram_1", "discord_2"):
+        for n in range(2):
+            out = Outbound(ts=now, channel="telegram", chat_id=chat, content="x", answers=[f"m{n}"])
+            marks.record(out, f"2026-01-01T00:00:0{n}Z")
+    assert synced == []
+    marks.sync()
+    root = klaw_home.answered
+    assert sorted(synced) == sorted(
+        [str(root / c / f) for c in ("telegram_1", "discord_2") for f in ("0.json", "1.json")]
+        + [str(root / c / "mark.json") for c in ("telegram_1", "discord_2")]
+        + [str(root / c) for c in ("telegram_1", "discord_2")]
+        + [str(root)] * 2
+    )
+    synced.clear()
+    marks.sync()
+    assert synced == []  # nothing written since
+    assert AnsweredMarks(root).reply_for("discord_2", "m1") is not None
