@@ -23,7 +23,10 @@ def import_openclaw(
         if paths.engine_config.exists():
             zone = load_engine_config(paths.engine_config).scheduler.timezone
         plan = build_plan(
-            home, copy_to=copy_to.expanduser().resolve() if copy_to else None, zone=zone
+            home,
+            copy_to=copy_to.expanduser().resolve() if copy_to else None,
+            zone=zone,
+            paths=paths,
         )
     except KlawError as exc:
         print(f"klaw: {exc}", file=sys.stderr)

@@ -14,39 +14,62 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from klaw.errors import InvalidInput
 
-__all__ = ["CONFIG_NAMES", "Home", "read_json5"]
+__all__ = ["CONFIG_NAMES", "Home", "open_regular", "read_json5"]
 
 CONFIG_NAMES = ("openclaw.json", "clawdbot.json", "moldbot.json", "moltbot.json")
 _MAX_FILE = 64 * 1024 * 1024
 _MAX_INCLUDE_DEPTH = 10
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading if it is a regular file; `InvalidInput` otherwise. A
+    device (`/dev/zero` never ends), a FIFO (the open would wait for a writer) or a
+    socket is refused before a byte is read; a symlink to a regular file is one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InvalidInput(f"{path}: {exc.strerror or exc}") from None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise InvalidInput(f"{path}: not a regular file (a device, FIFO or socket), not read")
+    return f
+
+
 def read_json5(path: Path) -> Any:
     """JSON5 as OpenClaw writes it; `InvalidInput` names the file and the line."""
     import json5
 
+    with open_regular(path) as f:
+        try:
+            data = f.read(_MAX_FILE + 1)  # no more, even if it grows while read
+        except OSError as exc:
+            raise InvalidInput(f"{path}: {exc.strerror or exc}") from None
+    if len(data) > _MAX_FILE:
+        raise InvalidInput(f"{path}: over {_MAX_FILE // (1024 * 1024)} MiB, not read")
     try:
-        if path.stat().st_size > _MAX_FILE:
-            raise InvalidInput(f"{path}: over {_MAX_FILE // (1024 * 1024)} MiB, not read")
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise InvalidInput(f"{path}: {exc.strerror or exc}") from None
     try:
         return json.loads(text)  # the common case, and 50x faster than json5
     except ValueError:
         pass
+    except RecursionError:
+        raise InvalidInput(f"{path}: nested too deeply, not read") from None
     try:
         return json5.loads(text)
     except ValueError as exc:
         raise InvalidInput(f"{path}: not valid JSON5 ({exc})") from None
+    except RecursionError:
+        raise InvalidInput(f"{path}: nested too deeply, not read") from None
 
 
 def _merge(a: Any, b: Any) -> Any:
@@ -209,6 +232,19 @@ class Home:
         if profile and profile != "default":
             return self.root / f"workspace-{profile}"
         return self.root / "workspace"
+
+    @property
+    def workspace_source(self) -> str:
+        """Where `workspace` comes from, in the words the owner would look for it."""
+        name = self.config_path.name if self.config_path else "openclaw.json"
+        value = self.agent_setting("workspace")
+        if isinstance(value, str) and value.strip():
+            if self._agent().get("workspace") is not None:
+                return f"{name} agents.list[{self.agent_id}].workspace"
+            return f"{name} agents.defaults.workspace"
+        if os.environ.get("OPENCLAW_PROFILE") not in (None, "", "default"):
+            return "OPENCLAW_PROFILE"
+        return "the OpenClaw home's workspace"
 
     @property
     def sessions_dir(self) -> Path:

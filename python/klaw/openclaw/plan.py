@@ -15,19 +15,20 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
-import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from klaw.config import WORKSPACE_HINT
 from klaw.errors import InvalidInput
 from klaw.openclaw.home import Home
 from klaw.openclaw.jobs import MappedJob, map_job
 from klaw.openclaw.settings import Settings, map_settings
 from klaw.openclaw.transcripts import Transcript, chat_for_key, chat_of_file, read_transcript
-from klaw.paths import KlawPaths
-from klaw.wire.record import Record
+from klaw.openclaw.treecopy import copy_tree
+from klaw.paths import KlawPaths, unsafe_workspace
+from klaw.wire.record import Record, validate_chat_id
 
 __all__ = ["ImportPlan", "ImportReport", "apply_plan", "build_plan"]
 
@@ -67,9 +68,13 @@ class ImportPlan:
     skills: list[Path] = field(default_factory=list)
     skipped_sessions: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # malformed files, read errors
+    workspace_refused: str | None = None  # why OpenClaw's workspace is neither used nor copied
 
     @property
-    def workspace(self) -> Path:
+    def workspace(self) -> Path | None:
+        """Klaw's workspace after the import; None: engine.yaml's is left as it is."""
+        if self.workspace_refused is not None:
+            return None
         return self.copy_to or self.home.workspace
 
     @property
@@ -96,7 +101,9 @@ class ImportPlan:
         ws = self.home.workspace
         present = [n for n in WORKSPACE_FILES if (ws / n).is_file()]
         logs = sorted((ws / "memory").glob("*.md")) if (ws / "memory").is_dir() else []
-        if self.copy_to is None:
+        if self.workspace_refused is not None:
+            p(f"workspace: {ws} is not imported (see problems)")
+        elif self.copy_to is None:
             p(f"workspace: use {ws} in place (engine.yaml `workspace`)")
         else:
             p(f"workspace: copy {ws} to {self.copy_to} (files already there are kept)")
@@ -144,6 +151,15 @@ class ImportPlan:
         return out.getvalue()
 
 
+def _bad_chat(chat: str) -> str | None:
+    """Why `chat` cannot be a Klaw chat id (it names a folder), or None."""
+    try:
+        validate_chat_id(chat)
+    except InvalidInput as exc:
+        return str(exc)
+    return None
+
+
 def _owner_chat(home: Home, settings: Settings, sessions: dict[str, Any]) -> str | None:
     main = sessions.get(f"agent:{home.agent_id}:main")
     if isinstance(main, dict):
@@ -153,17 +169,35 @@ def _owner_chat(home: Home, settings: Settings, sessions: dict[str, Any]) -> str
     return settings.owner_chat
 
 
-def build_plan(home: Home, *, copy_to: Path | None = None, zone: str | None = None) -> ImportPlan:
+def build_plan(
+    home: Home,
+    *,
+    copy_to: Path | None = None,
+    zone: str | None = None,
+    paths: KlawPaths | None = None,
+) -> ImportPlan:
+    """What importing `home` would do; InvalidInput for a `copy_to` no workspace may be."""
     from klaw.scheduler.control import system_zone
 
+    paths = paths or KlawPaths.from_env()
+    if copy_to is not None and (why := unsafe_workspace(copy_to, paths)):
+        raise InvalidInput(f"--copy-workspace {copy_to}: {why}; {WORKSPACE_HINT}")
     settings = map_settings(home)
     plan = ImportPlan(home, copy_to, settings)
+    _plan_workspace(plan, paths)
     # --- transcripts ---------------------------------------------------------
     sessions_dir = home.sessions_dir
     index = home.read(sessions_dir / "sessions.json", "session index")
     index = index if isinstance(index, dict) else {}
     owner = _owner_chat(home, settings, index)
+    if owner is not None and (why := _bad_chat(owner)):
+        plan.problems.append(f"the main session's chat: {why}; not used")
+        owner = settings.owner_chat
     settings.owner_chat = owner or settings.owner_chat
+    inject = settings.heartbeat.get("injectInto")
+    if isinstance(inject, str) and (why := _bad_chat(inject)):
+        del settings.heartbeat["injectInto"]
+        settings.unmapped.append(f"heartbeat target: {why}")
     if owner and owner not in [a for a, _ in settings.allowed] and owner.startswith("telegram_"):
         settings.allowed.insert(0, (owner, "the main session's chat"))
     by_file: dict[Path, str | None] = {}
@@ -175,6 +209,10 @@ def build_plan(home: Home, *, copy_to: Path | None = None, zone: str | None = No
         if path is None or not path.is_absolute() or not path.exists():
             path = sessions_dir / (path.name if path else f"{entry['sessionId']}.jsonl")
         chat = chat_for_key(key, entry, owner)
+        if chat is not None and (why := _bad_chat(chat)):
+            plan.skipped_sessions.append(f"session {key}: {why}")
+            by_file[path.resolve()] = None
+            continue
         by_file[path.resolve()] = chat
         if chat is None:
             plan.skipped_sessions.append(
@@ -220,20 +258,25 @@ def build_plan(home: Home, *, copy_to: Path | None = None, zone: str | None = No
         taken: set[str] = set()
         for job in jobs:
             if isinstance(job, dict):
-                plan.jobs.append(
-                    map_job(
-                        job,
-                        zone=zone or system_zone(),
-                        owner_chat=owner,
-                        models=settings.model_map,
-                        taken=taken,
-                    )
+                mapped = map_job(
+                    job,
+                    zone=zone or system_zone(),
+                    owner_chat=owner,
+                    models=settings.model_map,
+                    taken=taken,
                 )
+                target = mapped.spec.inject_into if mapped.spec is not None else None
+                if target is not None and (why := _bad_chat(target)):
+                    mapped = dataclasses.replace(mapped, spec=None, reason=f"its delivery: {why}")
+                plan.jobs.append(mapped)
             elif job:
                 plan.problems.append(f"{home.cron_store}: a job that is not an object; skipped")
     # --- skills the owner installed for every agent (~/.openclaw/skills) --------
     if home.managed_skills.is_dir():
         plan.skills = sorted(d for d in home.managed_skills.iterdir() if (d / "SKILL.md").is_file())
+    for skill in (s for s in plan.skills if not (paths.skills / s.name).exists()):
+        dry = copy_tree(skill, paths.skills / skill.name, _SKIP_DIRS, dry_run=True)
+        plan.problems += [f"skill {skill.name}: {s}" for s in dry.skipped]
     if home.sqlite_era():
         plan.problems.append(
             "this OpenClaw keeps sessions and cron in SQLite ("
@@ -241,6 +284,24 @@ def build_plan(home: Home, *, copy_to: Path | None = None, zone: str | None = No
             + "): the JSON files read here may be stale"
         )
     return plan
+
+
+def _plan_workspace(plan: ImportPlan, paths: KlawPaths) -> None:
+    """Refuses OpenClaw's workspace where no workspace may be (`~`, `/etc`...): neither
+    used in place nor copied; lists what a copy would leave out."""
+    ws = plan.home.workspace
+    why = unsafe_workspace(ws, paths)
+    if why is not None:
+        plan.workspace_refused = why
+        source = plan.home.workspace_source
+        plan.problems.append(
+            f"workspace: {source} names {ws}, but {why} and the agent's file tools read and "
+            "write all of a workspace: it is neither used nor copied; move OpenClaw's "
+            f"workspace files into a folder of their own, point {source} at it and import again"
+        )
+    elif plan.copy_to is not None and ws.is_dir():
+        dry = copy_tree(ws, plan.copy_to, _SKIP_DIRS, dry_run=True)
+        plan.problems += [f"workspace {s}" for s in dry.skipped]
 
 
 # --------------------------------------------------------------------------- apply
@@ -315,7 +376,9 @@ def _engine_edits(plan: ImportPlan, report: ImportReport) -> Any:
         changed = False
         ws = str(plan.workspace)
         current = data.get("workspace")
-        if current in (None, ""):
+        if plan.workspace is None:
+            pass  # refused: the plan says why
+        elif current in (None, ""):
             data["workspace"] = ws
             report.changed.append(f"engine.yaml workspace: {ws}")
             changed = True
@@ -388,18 +451,12 @@ def _gateway_edits(plan: ImportPlan, report: ImportReport) -> Any:
 
 
 def _copy_workspace(src: Path, dst: Path, report: ImportReport) -> None:
-    for path in sorted(src.rglob("*")):
-        rel = path.relative_to(src)
-        if any(part in _SKIP_DIRS for part in rel.parts) or not path.is_file():
-            continue
-        target = dst / rel
-        if target.exists():
-            if target.read_bytes() != path.read_bytes():
-                report.kept.append(f"workspace {rel} (yours differs; OpenClaw's not copied)")
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
-        report.changed.append(f"workspace {rel}")
+    # Confined like the file tools; what is skipped the plan listed already.
+    done = copy_tree(src, dst, _SKIP_DIRS)
+    report.changed += [f"workspace {rel}" for rel in done.copied]
+    report.kept += [
+        f"workspace {rel} (yours differs; OpenClaw's not copied)" for rel in done.differs
+    ]
 
 
 def _write_history(plan: ImportPlan, paths: KlawPaths, report: ImportReport) -> None:
@@ -476,7 +533,7 @@ def _copy_skills(plan: ImportPlan, paths: KlawPaths, report: ImportReport) -> No
         if dst.exists():
             report.kept.append(f"skill {src.name}")
             continue
-        shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns(*_SKIP_DIRS))
+        copy_tree(src, dst, _SKIP_DIRS)  # confined like the workspace
         report.changed.append(f"skill {src.name} (checked like any skill: `klaw skills check`)")
 
 
@@ -485,7 +542,9 @@ def apply_plan(plan: ImportPlan, paths: KlawPaths, *, reindex: bool = True) -> I
     from klaw.config import default_engine_yaml, default_gateway_yaml, load_engine_config
 
     report = ImportReport()
-    if plan.copy_to is not None:
+    if plan.workspace is None:
+        pass  # refused: the plan says why
+    elif plan.copy_to is not None:
         plan.copy_to.mkdir(parents=True, exist_ok=True)
         _copy_workspace(plan.home.workspace, plan.copy_to, report)
     elif not plan.home.workspace.is_dir():

@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from klaw.errors import InvalidInput
+from klaw.openclaw.home import open_regular
 from klaw.wire.record import Record, to_iso
 
 __all__ = ["Transcript", "chat_for_key", "chat_of_file", "read_transcript"]
@@ -46,6 +48,9 @@ _SYNTHETIC = (
 _CRON_PREFIX = re.compile(r"^\[cron:[^\]]+\]")
 _SILENT = frozenset({"HEARTBEAT_OK", "NO_REPLY"})
 _REPLY_TAG = re.compile(r"^\s*\[\[\s*reply_to[^\]]*\]\]\s*")
+#: Deeper lines are dropped: Klaw's own reader (serde_json, in the reindex) stops at 128
+#: levels, and a record puts a few above what it takes from the line.
+_MAX_DEPTH = 64
 _KEY_CHAT = re.compile(
     r"^agent:[^:]+:(?P<channel>telegram|discord)(?::[^:]+)?:(?P<kind>direct|dm|group|channel)"
     r":(?P<id>-?[0-9A-Za-z_@.]+)"
@@ -83,11 +88,11 @@ def chat_of_file(path: Path, owner_chat: str | None) -> str | None:
     `.jsonl.reset.*` session): from the Telegram envelope of its first user message,
     else the owner's for an archive; None when it is another channel's or unknown."""
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             for _, raw in zip(range(200), f, strict=False):
                 try:
                     entry = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 msg = entry.get("message") if isinstance(entry, dict) else None
                 if isinstance(msg, dict) and msg.get("role") == "user":
@@ -98,7 +103,7 @@ def chat_of_file(path: Path, owner_chat: str | None) -> str | None:
                     if m or _ENVELOPE.match(text.lstrip()):
                         return None
                     break
-    except OSError:
+    except (OSError, InvalidInput):
         return None
     return owner_chat if ".jsonl.reset." in path.name else None
 
@@ -174,7 +179,7 @@ def _ts(entry: dict[str, Any], message: dict[str, Any]) -> str | None:
 
 
 def _lines(path: Path, skipped: list[tuple[int, str]]) -> Iterator[dict[str, Any]]:
-    with path.open("rb") as f:
+    with open_regular(path) as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
@@ -186,10 +191,29 @@ def _lines(path: Path, skipped: list[tuple[int, str]]) -> Iterator[dict[str, Any
             except ValueError:
                 skipped.append((n, "not JSON (torn or damaged line)"))
                 continue
+            except RecursionError:  # one line must not cost the whole transcript
+                skipped.append((n, "nested too deeply"))
+                continue
+            if _deeper_than(obj, _MAX_DEPTH):
+                skipped.append((n, "nested too deeply"))
+                continue
             if isinstance(obj, dict):
                 yield obj
             else:
                 skipped.append((n, "not a JSON object"))
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests more than `limit` arrays and objects (walked without
+    recursion, so a deep value cannot exhaust the stack here either)."""
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
 
 
 def _active_path(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
