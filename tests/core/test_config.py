@@ -87,7 +87,7 @@ def test_code_execution_defaults_match_design() -> None:
     # allowNetwork is off by default, unlike the design's example (docs/decisions.md).
     assert (ce.timeout, ce.allow_network, ce.max_memory, ce.max_cpus) == (30, False, "256m", "1.0")
     assert (ce.max_processes, ce.max_output_bytes, ce.tmp_size) == (64, "64m", "64m")
-    assert (ce.read_only_rootfs, ce.no_privileged, ce.keep_alive) == (True, True, True)
+    assert ce.keep_alive is True
     assert (ce.keep_alive_idle_timeout_min, ce.keep_alive_max_executions) == (10, 50)
     assert ce.volume_mounts == ["${KLAW_WORKSPACE}/skills:ro"]
 
@@ -354,6 +354,22 @@ def test_malformed_yaml_has_a_line(tmp_path: Path, env: dict[str, str]) -> None:
         load_engine_config(path, env=env)
     [problem] = problems_of(exc)
     assert problem.startswith(f"{path}:4: malformed YAML")
+
+
+def test_fixed_sandbox_keys_of_older_files_load_only_as_true(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # readOnlyRootfs and noPrivileged are no keys any more (they could only be true);
+    # a file written by an older `klaw init` still loads.
+    old = "codeExecution:\n  readOnlyRootfs: true\n  noPrivileged: true\n"
+    assert load_engine_config(write(tmp_path, old), env=env).code_execution.timeout == 30
+    path = write(tmp_path, "codeExecution:\n  readOnlyRootfs: true\n  noPrivileged: 1\n")
+    with pytest.raises(ConfigError) as exc:
+        load_engine_config(path, env=env)
+    assert problems_of(exc) == [
+        f"{path}:3: codeExecution.noPrivileged: can only be true: sandboxed code never runs "
+        "privileged (design §6.5); remove the key"
+    ]
 
 
 def test_several_problems_reported_together(tmp_path: Path, env: dict[str, str]) -> None:

@@ -4,9 +4,16 @@ value types both engine.yaml and gateway.yaml use."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 __all__ = ["ChatIds", "MemoryMax", "NonNegativeInt", "PositiveInt", "Section", "empty_to_none"]
@@ -21,6 +28,26 @@ class Section(BaseModel):
         extra="forbid",
         defer_build=True,  # build validators on first use: import stays cheap for the CLI
     )
+
+    #: Keys the section no longer has because only one value was ever allowed: older
+    #: files may still write that value (dropped here); any other is an unknown key,
+    #: which the loader reports with the reason given here.
+    retired: ClassVar[dict[str, tuple[Any, str]]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired(cls, data: Any) -> Any:
+        if not cls.retired or not isinstance(data, dict):
+            return data
+        return {
+            key: value
+            for key, value in data.items()
+            if not (key in cls.retired and _same(value, cls.retired[key][0]))
+        }
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b  # `1` is not `true`
 
 
 def _chat_ids(value: Any) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
@@ -261,6 +261,11 @@ class SchedulerConfig(Section):
 class CodeExecutionConfig(Section):
     """`code_execute`'s sandbox (docs/sandbox.md): backend, limits and mounts."""
 
+    retired: ClassVar[dict[str, tuple[Any, str]]] = {
+        "readOnlyRootfs": (True, "the sandbox's root is never writable"),
+        "noPrivileged": (True, "sandboxed code never runs privileged (design §6.5)"),
+    }
+
     # auto: Docker when its socket answers, else bubblewrap, else no code_execute tool.
     backend: Literal["auto", "docker", "bwrap", "off"] = "auto"
     docker_image: str = "klaw-sandbox:latest"
@@ -274,8 +279,6 @@ class CodeExecutionConfig(Section):
     max_processes: PositiveInt = 64  # pids limit: a fork bomb stops here
     max_output_bytes: str = "64m"  # each file written, and all /output keeps of one run
     tmp_size: str = "64m"  # the tmpfs at /tmp
-    read_only_rootfs: Literal[True] = True  # the sandbox's root is never writable
-    no_privileged: Literal[True] = True  # design §6.5: hardcoded, accepted only as true
     keep_alive: bool = True  # one warm container and `exec` (fast) instead of one per run
     keep_alive_idle_timeout_min: PositiveInt = 10
     keep_alive_max_executions: PositiveInt = 50

@@ -14,6 +14,7 @@ YAML node the value came from.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import types
 import typing
@@ -297,6 +298,10 @@ def _describe(model: type[BaseModel], err: ErrorDetails, loc: Loc) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         section = _section_at(model, loc)
+        retired: dict[str, tuple[Any, str]] = getattr(section, "retired", {})
+        if str(loc[-1]) in retired:
+            value, why = retired[str(loc[-1])]
+            return f"can only be {json.dumps(value)}: {why}; remove the key"
         known = [f.alias or n for n, f in section.model_fields.items()] if section else []
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
