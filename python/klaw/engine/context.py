@@ -2,7 +2,9 @@
 
 The context is rebuilt from scratch before every call; nothing here mutates the
 conversation log. `assemble_context` is pure apart from reading the workspace
-persona files, synchronous and fast (one batch token count in the common case).
+persona files, synchronous and fast (one batch token count in the common case); what
+does not change between turns (each stored row's message, each tool schema's JSON, the
+persona files by their stat) is built once and kept, keyed by what it is built from.
 
 Layout of what it returns::
 
@@ -333,6 +335,36 @@ def row_to_message(row: StoredMessage) -> Message | None:
     return Message(msg_role, content)
 
 
+# A chat's window is mostly the same rows turn after turn, and stored rows never change:
+# each row's Message is built once (its metadata JSON parsed once). The key is all that
+# `row_to_message` reads (a merged user run keeps its last row's id with other text).
+# Messages are never changed in place (`dataclasses.replace` makes new ones), so turns
+# can share them. Bounded by entries and by the characters held.
+_MessageKey: TypeAlias = tuple[str, str, str | None, str, str, str | None]
+_MESSAGES: dict[_MessageKey, Message | None] = {}
+_MESSAGES_MAX = 2048
+_MESSAGES_MAX_CHARS = 4 << 20
+_messages_chars = 0
+
+
+def _row_message(row: StoredMessage) -> Message | None:
+    """`row_to_message(row)`, built once per row content."""
+    global _messages_chars
+    key = (row.id, row.role, row.kind, row.chat_id, row.content, row.metadata)
+    try:
+        return _MESSAGES[key]
+    except KeyError:
+        pass
+    msg = row_to_message(row)
+    size = len(row.content) + len(row.metadata or "")
+    if len(_MESSAGES) >= _MESSAGES_MAX or _messages_chars + size > _MESSAGES_MAX_CHARS:
+        _MESSAGES.clear()
+        _messages_chars = 0
+    _MESSAGES[key] = msg
+    _messages_chars += size
+    return msg
+
+
 def _with_attachments(content: str, meta: Mapping[str, Any], label: str = "attached file") -> str:
     """Files the user sent (or the agent did), as lines the model can act on (file_read
     takes the path)."""
@@ -384,11 +416,25 @@ def _message_text(message: Message) -> str:
     return text
 
 
+# (name, description, id of the parameters) -> (those parameters, the schema's JSON): a
+# tool's parameters are one dict for the engine's life (a class attribute), so each
+# schema is encoded once. The dict is held, so its id cannot be reused by another.
+_SCHEMA_TEXT: dict[tuple[str, str, int], tuple[dict[str, Any], str]] = {}
+
+
 def _schema_json(schema: ToolSchema) -> str:
-    return json.dumps(
+    key = (schema.name, schema.description, id(schema.parameters))
+    hit = _SCHEMA_TEXT.get(key)
+    if hit is not None and hit[0] is schema.parameters:
+        return hit[1]
+    text = json.dumps(
         {"name": schema.name, "description": schema.description, "parameters": schema.parameters},
         ensure_ascii=False,
     )
+    if len(_SCHEMA_TEXT) > 256:
+        _SCHEMA_TEXT.clear()
+    _SCHEMA_TEXT[key] = (schema.parameters, text)
+    return text
 
 
 # --------------------------------------------------------------------- the window
@@ -606,7 +652,7 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
     # ---- the window, as units
     segment, before_break = _segment(inp.window)
     converted = _images_within_cap(
-        [m for m in map(row_to_message, segment) if m is not None], inp.vision
+        [m for m in map(_row_message, segment) if m is not None], inp.vision
     )
     units, orphans = _units(converted)
 

@@ -172,6 +172,9 @@ def images_for_model(messages: Sequence[Message], *, vision: bool) -> list[Messa
     and a note for any placeholder that was not (`klaw.engine.images`)."""
     out: list[Message] = []
     for m in messages:
+        if not m.images:  # most messages: nothing to do
+            out.append(m)
+            continue
         keep = [i for i in m.images if vision and i.data]
         if len(keep) < len(m.images):
             notes = [

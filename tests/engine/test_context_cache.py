@@ -1,0 +1,75 @@
+"""What context assembly keeps between turns (each row's message, each tool schema's
+JSON) follows the rows and schemas it is given."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from klaw.engine.context import AssembledContext, ContextInput, StoredMessage, assemble_context
+from klaw.llm.types import ToolSchema
+from klaw.memory.rows import with_content
+
+
+def chars(texts: list[str]) -> list[int]:
+    return [len(t) for t in texts]
+
+
+def _row(content: str, meta: dict[str, Any] | None = None) -> StoredMessage:
+    return StoredMessage(
+        id="msg_1",
+        channel="telegram",
+        chat_id="telegram_1",
+        role="user",
+        content=content,
+        created_at="2026-02-24T14:00:00Z",
+        metadata=json.dumps(meta) if meta else None,
+    )
+
+
+def _make(workspace: Path, **kwargs: Any) -> AssembledContext:
+    params: dict[str, Any] = {
+        "workspace": workspace,
+        "core_memory": "",
+        "summary": None,
+        "window": [],
+        "now": datetime(2026, 2, 24, 14, 30, tzinfo=UTC),
+        "channel": "telegram",
+        "context_budget": 100_000,
+        "max_tokens": 1000,
+        "window_cap": 20,
+        "count_tokens": chars,
+    }
+    params.update(kwargs)
+    return assemble_context(ContextInput(**params))
+
+
+def test_a_row_of_the_same_id_with_other_text_or_metadata_is_read_again(
+    tmp_path: Path,
+) -> None:
+    first = _row("hi")
+    assert _make(tmp_path, window=[first]).messages[-1].content == "hi"
+    # A debounced run merged into its last row: same id, the texts joined.
+    merged = with_content(first, "hi\nthere")
+    assert _make(tmp_path, window=[merged]).messages[-1].content == "hi\nthere"
+    attached = _row("hi", {"attachments": [{"path": "inbox/a.pdf", "mime": "application/pdf"}]})
+    assert _make(tmp_path, window=[attached]).messages[-1].content == (
+        "hi\n[attached file: inbox/a.pdf (application/pdf)]"
+    )
+    assert _make(tmp_path, window=[first]).messages[-1].content == "hi"
+
+
+def test_a_tool_schema_with_new_parameters_is_counted_anew(tmp_path: Path) -> None:
+    small = {"type": "object", "properties": {}}
+    big = {"type": "object", "properties": {"query": {"type": "string", "minLength": 1}}}
+    one = ToolSchema("lookup", "Look something up.", small)
+    tokens = _make(tmp_path, tools=[one]).report.tokens["tools"]
+    assert _make(tmp_path, tools=[one]).report.tokens["tools"] == tokens
+    two = ToolSchema("lookup", "Look something up.", big)
+    grown = _make(tmp_path, tools=[two]).report.tokens["tools"]
+    assert grown == tokens + len(json.dumps(big)) - len(json.dumps(small))
+    # A new dict equal to the first (a tool building its schema per call) counts the same.
+    again = ToolSchema("lookup", "Look something up.", json.loads(json.dumps(small)))
+    assert _make(tmp_path, tools=[again]).report.tokens["tools"] == tokens
