@@ -40,7 +40,7 @@ from sched_support import (  # noqa: F401 (fixture)
 )
 
 from klaw.backup.redact import Unsafe, redact
-from klaw.config import load_engine_config
+from klaw.config import default_engine_yaml, load_engine_config
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
 from klaw.scheduler.jobs import JobSpec
@@ -521,6 +521,29 @@ def test_keys_in_clear_become_references_and_the_file_still_loads(tmp_path: Path
     ]
     with pytest.raises(Unsafe):
         redact("engine.yaml", "providers: [unclosed\n")
+
+
+def test_keys_in_comments_stay_out_of_the_backup(klaw_home: KlawPaths, tmp_path: Path) -> None:
+    # An old key in a comment is no slot's value: only its form gives it away.
+    old_key, old_token = "sk-proj-OLDkey0123456789abcdef", "987654321:AAFoldTOKENabcdefghij0123"
+    b64 = "c2VjcmV0IGtleSBvZiBteSBvd24gMTIzNDU2"
+    klaw_home.config_dir.mkdir(parents=True, exist_ok=True)
+    template = default_engine_yaml()
+    klaw_home.engine_config.write_text(f"# old key {old_key}\n{template}# was {b64}\n")
+    klaw_home.gateway_config.write_text(
+        f"channels:\n  telegram:\n    token: '${{TELEGRAM_BOT_TOKEN}}'  # was {old_token}\n"
+    )
+    archive = tmp_path / "b.tar.gz"
+    backup_to(archive)
+    inside = members(archive)
+    for secret in (old_key, old_token, b64):
+        assert not any(secret.encode() in data for data in inside.values()), secret
+    engine = inside["config/engine.yaml"].decode()
+    assert engine == f"# old key <redacted>\n{template}# was <redacted>\n"  # the rest as is
+    assert (
+        "token: '${TELEGRAM_BOT_TOKEN}'  # was <redacted>" in inside["config/gateway.yaml"].decode()
+    )
+    assert run("restore", "--check", str(archive)).returncode == 0
 
 
 def test_a_workspace_behind_a_symbolic_link_is_restored_where_it_points(
