@@ -143,6 +143,20 @@ class _Batch:
     lean: bool = False  # the heartbeat's lean context (see `LEAN_TOOLS`)
 
 
+@dataclass(frozen=True)
+class _TurnInputs:
+    """What `Pipeline._inputs` read for one turn."""
+
+    model: str
+    limits: ContextLimits
+    rows: list[StoredMessage]
+    core_text: str  # core memory for the prompt; "" when empty or unreadable
+    skills: list[tuple[str, str]]  # (name, description) offered to the model
+    summary: str | None  # the segment's newest summary
+    invoked: tuple[str, str] | None  # (command, skill) the last message calls
+    onboarding: bool  # BOOTSTRAP.md and onboarding_done are offered
+
+
 @dataclass
 class _Chat:
     order: asyncio.Lock = field(default_factory=asyncio.Lock)  # turns of a chat, in order
@@ -431,19 +445,12 @@ class Pipeline:
         first_ts = min(to_iso(m.ts) or "" for m in batch.messages)
         latest = max(to_iso(m.ts) or "" for m in batch.messages)
         own = {m.id for m in batch.messages}
-        model, limits, rows, core_text, skills, summary = await asyncio.to_thread(
-            self._inputs, chat_id, first_ts, latest, own, batch
-        )
-        invoked = await asyncio.to_thread(self._invoked, batch)
         group = any(m.meta.group for m in batch.messages)
+        got = await asyncio.to_thread(self._inputs, chat_id, first_ts, latest, own, batch, group)
+        model, skills, onboarding = got.model, got.skills, got.onboarding
         if self._core_problem is not None and not group:
             await self._warn_core(batch, latest)
         registry = self._registry(chat_id, group)
-        # Onboarding is a conversation with the owner: never in groups, jobs or heartbeats.
-        background = batch.lean or chat_id.startswith(SUBAGENT_CHAT_PREFIX)
-        onboarding = not (group or background) and await asyncio.to_thread(
-            onboarding_pending, self.paths.workspace
-        )
         if not onboarding:
             registry = registry.only(n for n in registry.names() if n != "onboarding_done")
         if batch.lean:
@@ -451,16 +458,16 @@ class Pipeline:
             skills = [(name, "") for name, _ in skills]
         context = assemble_context(
             ContextInput.from_limits(
-                limits,
+                got.limits,
                 workspace=self.paths.workspace,
-                core_memory=core_text,
-                summary=summary,
-                window=rows,
+                core_memory=got.core_text,
+                summary=got.summary,
+                window=got.rows,
                 now=self._now().astimezone(self._zone),
                 channel=last.channel,
                 tools=registry.schemas() if self._tools_for(model) else [],
                 skills=skills,
-                invoked_skill=invoked,
+                invoked_skill=got.invoked,
                 chat_kind="group" if group else "private",
                 skip_files=(LEAN_SKIPPED_FILES if batch.lean else frozenset())
                 | (frozenset() if onboarding else frozenset({"BOOTSTRAP.md"})),
@@ -677,9 +684,10 @@ class Pipeline:
         self.answered.record(out, latest)
 
     def _inputs(
-        self, chat_id: str, first_ts: str, latest: str, own: set[str], batch: _Batch
-    ) -> tuple[str, ContextLimits, list[StoredMessage], str, list[tuple[str, str]], str | None]:
-        """Everything a turn reads from disk, in one worker-thread hop."""
+        self, chat_id: str, first_ts: str, latest: str, own: set[str], batch: _Batch, group: bool
+    ) -> _TurnInputs:
+        """Everything a turn reads from disk, in one worker-thread hop (each hop is a
+        thread handoff and a loop wake-up on the reply's path)."""
         from klaw.memory.core import CoreMemory, CoreMemoryError
 
         stored, since = self.session(chat_id, first_ts)
@@ -715,7 +723,19 @@ class Pipeline:
                 log.error("answering without core memory: %s (%s)", exc, self.paths.core_memory)
             self._core_problem, core_text = str(exc), ""
         summary = segment_summary(self.paths.summaries, chat_id, since or None)
-        return model, limits, rows, core_text, self._skills(), summary
+        # Onboarding is a conversation with the owner: never in groups, jobs or heartbeats.
+        background = batch.lean or chat_id.startswith(SUBAGENT_CHAT_PREFIX)
+        onboarding = not (group or background) and onboarding_pending(self.paths.workspace)
+        return _TurnInputs(
+            model=model,
+            limits=limits,
+            rows=rows,
+            core_text=core_text,
+            skills=self._skills(),
+            summary=summary,
+            invoked=self._invoked(batch),
+            onboarding=onboarding,
+        )
 
     def usable_model(self, stored: str) -> str:
         """The chat's model, or `routing.default` when it cannot be used.
