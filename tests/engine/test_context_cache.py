@@ -4,13 +4,14 @@ JSON) follows the rows and schemas it is given."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from klaw.engine.context import AssembledContext, ContextInput, StoredMessage, assemble_context
 from klaw.llm.types import ToolSchema
-from klaw.memory.rows import with_content
+from klaw.memory.rows import count_tokens_batch, with_content
 
 
 def chars(texts: list[str]) -> list[int]:
@@ -73,3 +74,24 @@ def test_a_tool_schema_with_new_parameters_is_counted_anew(tmp_path: Path) -> No
     # A new dict equal to the first (a tool building its schema per call) counts the same.
     again = ToolSchema("lookup", "Look something up.", json.loads(json.dumps(small)))
     assert _make(tmp_path, tools=[again]).report.tokens["tools"] == tokens
+
+
+def test_a_persona_file_edited_to_the_same_size_with_its_mtime_put_back_is_read_again(
+    tmp_path: Path,
+) -> None:
+    """Counted with the default (Rust) counter, whose counts are kept by text."""
+    soul = tmp_path / "SOUL.md"
+    old = b"You are calm and brief, and you answer in few words.\n"
+    soul.write_bytes(old)
+    first = _make(tmp_path, count_tokens=count_tokens_batch)
+    assert "you answer in few words" in (first.messages[0].content or "")
+    st = soul.stat()
+    new = "Ты спокоен и краток.".encode()
+    soul.write_bytes(new + b" " * (len(old) - len(new) - 1) + b"\n")
+    os.utime(soul, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (soul.stat().st_size, soul.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    second = _make(tmp_path, count_tokens=count_tokens_batch)
+    assert "Ты спокоен и краток." in (second.messages[0].content or "")
+    section = "## Soul\nТы спокоен и краток.\n"
+    assert second.report.tokens["SOUL.md"] == count_tokens_batch([section])[0]
+    assert second.report.tokens["SOUL.md"] != first.report.tokens["SOUL.md"]

@@ -437,6 +437,42 @@ def _schema_json(schema: ToolSchema) -> str:
     return text
 
 
+# Text -> tokens by the default counter: the persona files, the tool schemas and most
+# of the window are the same texts turn after turn (a cached row's message keeps its
+# text object, whose hash Python keeps too). Bounded by entries and characters held.
+_COUNTS: dict[str, int] = {}
+_COUNTS_MAX = 4096
+_COUNTS_MAX_CHARS = 4 << 20
+_counts_chars = 0
+
+
+def _count_all(count: TokenCounterFn, texts: list[str]) -> list[int]:
+    """`count(texts)`, counting with the default counter only texts not seen before."""
+    global _counts_chars
+    if count is not _DEFAULT_COUNTER:
+        return count(texts)
+    known = _COUNTS
+    fresh: dict[str, int] = {}
+    missing = [t for t in dict.fromkeys(texts) if t not in known]
+    if missing:
+        fresh = dict(zip(missing, count(missing), strict=True))
+        size = sum(map(len, missing))
+        if len(known) + len(missing) > _COUNTS_MAX or _counts_chars + size > _COUNTS_MAX_CHARS:
+            known.clear()
+            _counts_chars = 0
+        known.update(fresh)
+        _counts_chars += size
+    out: list[int] = []
+    for t in texts:
+        n = fresh.get(t)
+        if n is None:
+            n = known.get(t)
+        if n is None:  # dropped meanwhile by another thread's clear
+            n = count([t])[0]
+        out.append(n)
+    return out
+
+
 # --------------------------------------------------------------------- the window
 
 
@@ -489,31 +525,31 @@ def _units(messages: list[Message]) -> tuple[list[list[Message]], int]:
 # ------------------------------------------------------------------- system prompt
 
 
-_FILE_CACHE: dict[Path, tuple[tuple[int, int], tuple[str, bool] | None]] = {}
+_FILE_CACHE: dict[Path, tuple[tuple[int, ...], tuple[str, bool] | None]] = {}
 
 
 def _read_workspace_file(path: Path) -> tuple[str, bool] | None:
     """(text, cut at MAX_FILE_BYTES) of a workspace file; None if absent or empty.
 
-    Read again only when its mtime or size changed: every turn asks for the same
-    five files, and a stat is much cheaper than a read and a decode.
+    Read again only when its stat changed: every turn asks for the same five files,
+    and a stat is much cheaper than a read and a decode. The ctime and inode are in
+    the key: an edit that keeps the size and puts the mtime back, or a file swapped
+    for another, still changes them.
     """
     try:
         st = path.stat()
     except FileNotFoundError:
         return None
     except OSError:
-        st = None
-    if st is not None:
-        key = (st.st_mtime_ns, st.st_size)
-        hit = _FILE_CACHE.get(path)
-        if hit is not None and hit[0] == key:
-            return hit[1]
+        return _read_file_uncached(path)
+    key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_dev)
+    hit = _FILE_CACHE.get(path)
+    if hit is not None and hit[0] == key:
+        return hit[1]
     result = _read_file_uncached(path)
-    if st is not None:
-        if len(_FILE_CACHE) > 64:
-            _FILE_CACHE.clear()
-        _FILE_CACHE[path] = ((st.st_mtime_ns, st.st_size), result)
+    if len(_FILE_CACHE) > 64:
+        _FILE_CACHE.clear()
+    _FILE_CACHE[path] = (key, result)
     return result
 
 
@@ -661,7 +697,9 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
     tail_texts = [text for _, text in tail]
     schema_texts = [_schema_json(s) for s in inp.tools]
     flat = [m for unit in units for m in unit]
-    counts = count([*file_texts, *tail_texts, *schema_texts, *(_message_text(m) for m in flat)])
+    counts = _count_all(
+        count, [*file_texts, *tail_texts, *schema_texts, *(_message_text(m) for m in flat)]
+    )
     pos = 0
     file_tokens = counts[pos : pos + len(file_texts)]
     pos += len(file_texts)
