@@ -45,6 +45,13 @@ def make_client(
     )
 
 
+def _json_request(body: dict[str, Any] | bytes) -> dict[str, Any]:
+    """httpx arguments sending `body` as JSON: a dict encoded by httpx, bytes as they are."""
+    if isinstance(body, bytes):
+        return {"content": body, "headers": {"Content-Type": "application/json"}}
+    return {"json": body}
+
+
 class HttpClient:
     """What every provider client shares: one httpx client for its endpoint, the key
     kept out of errors, transport failures as ProviderErrors, and a timeout on the
@@ -87,10 +94,11 @@ class HttpClient:
             provider=self.provider, model=model, timeout_s=self._timeout_s, secret=self._api_key
         )
 
-    async def _post(self, path: str, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
-        """POST `body` as JSON; the response and its whole body (call inside `_guard`)."""
+    async def _post(self, path: str, body: dict[str, Any] | bytes) -> tuple[httpx.Response, bytes]:
+        """POST `body` as JSON (bytes: already encoded); the response and its whole body
+        (call inside `_guard`)."""
         async with asyncio.timeout(self._timeout_s):
-            response = await self._http.post(path, json=body)
+            response = await self._http.post(path, **_json_request(body))
             return response, await response.aread()
 
     def _error(self, response: httpx.Response, raw: bytes, model: str) -> ProviderError:
@@ -99,7 +107,7 @@ class HttpClient:
     async def _events(
         self,
         path: str,
-        body: dict[str, Any],
+        body: dict[str, Any] | bytes,
         model: str,
         *,
         finished: Callable[[], bool],
@@ -122,7 +130,7 @@ class HttpClient:
         async with AsyncExitStack() as stack:
             async with self._deadline(deadline, deadline, model):
                 response = await stack.enter_async_context(
-                    self._http.stream("POST", path, params=params, json=body)
+                    self._http.stream("POST", path, params=params, **_json_request(body))
                 )
                 if response.status_code >= 400:
                     raise self._error(response, await response.aread(), model)

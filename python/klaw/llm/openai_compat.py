@@ -26,11 +26,12 @@ from klaw.llm.types import (
     LlmResponse,
     Message,
     ToolCall,
+    ToolSchema,
     Usage,
 )
 from klaw.redaction import redact
 
-__all__ = ["OpenAICompatClient", "parse_tool_calls"]
+__all__ = ["OpenAICompatClient", "build_payload", "encode_payload", "parse_tool_calls"]
 
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -51,7 +52,7 @@ class OpenAICompatClient(HttpClient):
     async def complete(
         self, request: LlmRequest, on_delta: DeltaCallback | None = None
     ) -> LlmResponse:
-        body = build_payload(request)
+        body = encode_payload(request)
         async with self._guard(request.model):
             if request.stream:
                 return await self._stream(request, body, on_delta)
@@ -86,7 +87,7 @@ class OpenAICompatClient(HttpClient):
         )
 
     async def _stream(
-        self, request: LlmRequest, body: dict[str, Any], on_delta: DeltaCallback | None
+        self, request: LlmRequest, body: bytes, on_delta: DeltaCallback | None
     ) -> LlmResponse:
         acc = _StreamAccumulator()
         stream = self._events(
@@ -200,25 +201,92 @@ def build_payload(request: LlmRequest) -> dict[str, Any]:
         "messages": [_wire_message(m) for m in request.messages],
     }
     if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                },
-            }
-            for t in request.tools
-        ]
-    if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.stream:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        body["tools"] = [_wire_tool(t) for t in request.tools]
+    body.update(_options(request))
     return body
+
+
+def encode_payload(request: LlmRequest) -> bytes:
+    """`build_payload(request)` as JSON (compact, UTF-8, as httpx encodes it), each
+    message and tool schema encoded once: a chat's window holds the same message
+    objects turn after turn (`klaw.engine.context` keeps them), the tools the same
+    schemas, and encoding them all was the biggest part of a request's own CPU."""
+    parts = ['{"model":', _dumps(request.model), ',"messages":[']
+    parts.append(",".join(_message_json(m) for m in request.messages))
+    parts.append("]")
+    if request.tools:
+        parts.append(',"tools":[')
+        parts.append(",".join(_tool_json(t) for t in request.tools))
+        parts.append("]")
+    for key, value in _options(request).items():
+        parts += [",", _dumps(key), ":", _dumps(value)]
+    parts.append("}")
+    return "".join(parts).encode("utf-8")
+
+
+def _options(request: LlmRequest) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if request.max_tokens is not None:
+        out["max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        out["temperature"] = request.temperature
+    if request.stream:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return out
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+# Encoded JSON by the object it was encoded from (held, so its id is not reused):
+# messages by identity (they are never changed, only replaced), tool schemas by their
+# name, description and parameters dict (one dict per tool for the engine's life).
+_MESSAGE_JSON: dict[int, tuple[Message, str]] = {}
+_TOOL_JSON: dict[tuple[str, str, int], tuple[dict[str, Any], str]] = {}
+_MAX_KEPT = 1024
+_MAX_KEPT_CHARS = 4 << 20
+_kept_chars = 0
+
+
+def _keep(size: int) -> None:
+    """Room for `size` more characters of kept JSON (all dropped when full)."""
+    global _kept_chars
+    if len(_MESSAGE_JSON) >= _MAX_KEPT or _kept_chars + size > _MAX_KEPT_CHARS:
+        _MESSAGE_JSON.clear()
+        _kept_chars = 0
+    _kept_chars += size
+
+
+def _message_json(m: Message) -> str:
+    hit = _MESSAGE_JSON.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    text = _dumps(_wire_message(m))
+    if not m.images:  # images are big and seldom the same object twice
+        _keep(len(text))
+        _MESSAGE_JSON[id(m)] = (m, text)
+    return text
+
+
+def _tool_json(t: ToolSchema) -> str:
+    key = (t.name, t.description, id(t.parameters))
+    hit = _TOOL_JSON.get(key)
+    if hit is not None and hit[0] is t.parameters:
+        return hit[1]
+    text = _dumps(_wire_tool(t))
+    if len(_TOOL_JSON) >= 256:
+        _TOOL_JSON.clear()
+    _TOOL_JSON[key] = (t.parameters, text)
+    return text
+
+
+def _wire_tool(t: ToolSchema) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+    }
 
 
 def _wire_message(m: Message) -> dict[str, Any]:
