@@ -696,23 +696,13 @@ class Pipeline:
             stored = batch.model or self.config.routing.tasks.subagent
         model = self.usable_model(stored)
         limits = model_limits(self.config, model, subagent=subagent)
-        # Room for the window after merging debounced user runs and keeping tool
-        # calls with their results; more rows would only be read to be dropped.
-        limit = limits.window_cap * 2 + 10
-        recent = self.memory.store.recent_messages(chat_id, since or None, limit)
-        # Messages of later batches (stored on arrival, waiting their turn) are not
-        # part of this turn: they would be answered here and again in their own. Taken
-        # after the read: a message is marked arriving before it is stored, so any row
-        # read here that is not done yet is marked (one C-level union under the GIL).
-        later = (self._active | self._arriving) - own
-        window = [r for r in recent if r.created_at <= latest and r.id not in later]
-        # The messages this turn answers go last, whatever their timestamps: with 1 s
-        # resolution a message sent while the previous turn ran shares its second with
-        # that turn's reply, which is stored after it ("user B, assistant A" would make
-        # B look answered). Everything else keeps log order.
-        rows = _merge_user_runs(
-            [r for r in window if r.id not in own] + [r for r in window if r.id in own]
-        )
+        cap = limits.window_cap
+        # A window of `cap` messages mostly takes `cap` rows: those are read first.
+        # Merged user runs, typed rows and tool rounds can take up to twice as many
+        # (and ten): read when the first rows do not already decide the window.
+        rows, decided = self._window_rows(chat_id, since, latest, own, cap + 10, cap)
+        if not decided:
+            rows, _ = self._window_rows(chat_id, since, latest, own, cap * 2 + 10, cap)
         try:
             core_text = CoreMemory(self.paths.core_memory).to_prompt()
             self._core_problem = None
@@ -736,6 +726,29 @@ class Pipeline:
             invoked=self._invoked(batch),
             onboarding=onboarding,
         )
+
+    def _window_rows(
+        self, chat_id: str, since: str, latest: str, own: set[str], limit: int, cap: int
+    ) -> tuple[list[StoredMessage], bool]:
+        """The chat's last `limit` rows of the segment as the turn sees them, and
+        whether they decide its window of `cap` messages (older rows could not change
+        it: the segment has no more, or `_decides_window`)."""
+        recent = self.memory.store.recent_messages(chat_id, since or None, limit)
+        # Messages of later batches (stored on arrival, waiting their turn) are not
+        # part of this turn: they would be answered here and again in their own. Taken
+        # after the read: a message is marked arriving before it is stored, so any row
+        # read here that is not done yet is marked (one C-level union under the GIL).
+        later = (self._active | self._arriving) - own
+        window = [r for r in recent if r.created_at <= latest and r.id not in later]
+        # The messages this turn answers go last, whatever their timestamps: with 1 s
+        # resolution a message sent while the previous turn ran shares its second with
+        # that turn's reply, which is stored after it ("user B, assistant A" would make
+        # B look answered). Everything else keeps log order.
+        mine = [r for r in window if r.id in own]
+        rows = _merge_user_runs([r for r in window if r.id not in own] + mine)
+        if len(recent) < limit or any(r.kind == "session_break" for r in recent):
+            return rows, True  # the whole segment, or all of it after its last break
+        return rows, len(mine) == len(own) and _decides_window(rows, cap)
 
     def usable_model(self, stored: str) -> str:
         """The chat's model, or `routing.default` when it cannot be used.
@@ -840,6 +853,25 @@ class Pipeline:
             content=message.content or "",
             meta=meta,
         )
+
+
+def _decides_window(rows: Sequence[StoredMessage], cap: int) -> bool:
+    """Whether older rows could not change the window `assemble_context` makes of
+    `rows` (oldest first): it keeps at most `cap` messages, newest first, so it never
+    reaches past cap + 1 messages that are the same however far back the read went.
+    Only the first row (a user run merged with older rows) and tool results right
+    after it (their call may be older) could differ; tool results, typed rows and
+    replies a tool sent (`from_chat`) are not counted at all."""
+    i = 1
+    while i < len(rows) and rows[i].role == "tool":
+        i += 1
+    counted = 0
+    for r in rows[i:]:
+        if r.kind is None and (
+            r.role == "user" or (r.role == "assistant" and '"from_chat"' not in (r.metadata or ""))
+        ):
+            counted += 1
+    return counted > cap
 
 
 def _merge_user_runs(rows: Sequence[StoredMessage]) -> list[StoredMessage]:
