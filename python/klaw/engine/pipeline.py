@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from klaw.engine.server import Reply
     from klaw.llm.router import Router
     from klaw.memory.api import Memory
+    from klaw.memory.core import CoreMemory
     from klaw.paths import KlawPaths
     from klaw.scheduler.ports import BackgroundRequest
     from klaw.tools.base import ToolRegistry
@@ -199,6 +200,7 @@ class Pipeline:
         self._retrying: set[str] = set()  # unanswered messages waiting for their retry
         self._intake: dict[str, asyncio.Lock] = {}  # per chat: store, then queue, in order
         self.answered = AnsweredMarks(paths.answered, legacy=memory.store.meta_get)
+        self._core: CoreMemory | None = None  # core_memory.json, read by `_inputs`
         self._core_problem: str | None = None  # why core_memory.json can't be read
         self._core_warned: dict[str, str] = {}  # chat → the problem it was told about
         # When no model answers, the batch is tried again after this, doubling.
@@ -690,6 +692,11 @@ class Pipeline:
         thread handoff and a loop wake-up on the reply's path)."""
         from klaw.memory.core import CoreMemory, CoreMemoryError
 
+        if self._core is None:
+            # One reader for the engine's life: it keeps the parsed file until the
+            # file changes (a new one per turn read and parsed it every turn).
+            self._core = CoreMemory(self.paths.core_memory)
+
         stored, since = self.session(chat_id, first_ts)
         subagent = batch.priority >= SUBAGENT
         if subagent:
@@ -704,7 +711,7 @@ class Pipeline:
         if not decided:
             rows, _ = self._window_rows(chat_id, since, latest, own, cap * 2 + 10, cap)
         try:
-            core_text = CoreMemory(self.paths.core_memory).to_prompt()
+            core_text = self._core.to_prompt()
             self._core_problem = None
         except CoreMemoryError as exc:
             # A damaged file must not stop every chat: answer without core memory, keep

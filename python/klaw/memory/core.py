@@ -115,16 +115,17 @@ class CoreMemory:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._data: dict[str, dict[str, Any]] | None = None
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
 
     # ----------------------------------------------------------------- reading
 
-    def _file_stamp(self) -> tuple[int, int, int] | None:
+    def _file_stamp(self) -> tuple[int, ...] | None:
         try:
             st = self.path.stat()
         except FileNotFoundError:
             return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        # ctime too: an edit in place that keeps the size and puts the mtime back.
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
 
     def _load(self) -> dict[str, dict[str, Any]]:
         """The current data, re-read only when the file changed on disk."""
