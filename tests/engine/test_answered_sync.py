@@ -100,3 +100,57 @@ def test_sync_covers_every_chat_written_and_each_file_once(
     marks.sync()
     assert synced == []  # nothing written since
     assert AnsweredMarks(root).reply_for("discord_2", "m1") is not None
+
+
+async def test_replies_in_quick_succession_all_get_their_fsync(
+    tmp_path: Path,
+    klaw_home: KlawPaths,
+    backend: Any,
+    llm: FakeLLM,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One fsync worker at a time takes whatever was written meanwhile: none is left."""
+    config = engine_config(tmp_path, llm.url, debounceMs=0)
+    synced = _fsyncs(monkeypatch, klaw_home.answered)
+    chats = ("telegram_1", "telegram_2")
+
+    async def reply(out: Outbound | Error) -> None:
+        assert isinstance(out, Outbound)
+
+    memory = Memory.open(paths=klaw_home, config=config, backend=backend)
+    router = Router(config)
+    try:
+        pipeline = Pipeline(config, klaw_home, memory, router)
+        for n in range(3):
+            for _ in chats:
+                llm.answer(f"answer {n}")
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        pipeline.handle(
+                            Inbound(
+                                id=f"{chat}-{n}",
+                                channel="telegram",
+                                chat_id=chat,
+                                ts=datetime.now(UTC),
+                                content=f"message {n}",
+                            ),
+                            reply,
+                        )
+                        for chat in chats
+                    )
+                ),
+                T,
+            )
+        root = klaw_home.answered
+        wanted = {str(root / c / f"{n}.json") for c in chats for n in range(3)}
+        wanted |= {str(root / c / "mark.json") for c in chats} | {str(root / c) for c in chats}
+        deadline = asyncio.get_running_loop().time() + T
+        while not wanted <= set(synced):
+            assert asyncio.get_running_loop().time() < deadline, sorted(wanted - set(synced))
+            await asyncio.sleep(0.01)
+        assert not pipeline.answered.unsynced()
+        await pipeline.aclose()
+    finally:
+        await router.aclose()
+        memory.close()

@@ -129,6 +129,11 @@ class AnsweredMarks:
             self._marks[out.chat_id] = mark
             self._unsynced.setdefault(out.chat_id, set()).update(written)
 
+    def unsynced(self) -> bool:
+        """Whether `record` wrote something `sync` has not made durable yet."""
+        with self._lock:
+            return bool(self._unsynced)
+
     def sync(self, chat_id: str | None = None) -> None:
         """fsyncs what `record` wrote for `chat_id` (every chat: None) and its folder."""
         with self._lock:

@@ -201,6 +201,7 @@ class Pipeline:
         self._intake: dict[str, asyncio.Lock] = {}  # per chat: store, then queue, in order
         self.answered = AnsweredMarks(paths.answered, legacy=memory.store.meta_get)
         self._core: CoreMemory | None = None  # core_memory.json, read by `_inputs`
+        self._syncing: asyncio.Task[None] | None = None  # fsyncing answered watermarks
         self._core_problem: str | None = None  # why core_memory.json can't be read
         self._core_warned: dict[str, str] = {}  # chat → the problem it was told about
         # When no model answers, the batch is tried again after this, doubling.
@@ -546,7 +547,8 @@ class Pipeline:
         await asyncio.to_thread(self._finish, out, latest)
         await _send(reply, out)
         # The watermark was written before the reply went out; durable after it.
-        self._spawn(asyncio.to_thread(self.answered.sync, chat_id))
+        if self._syncing is None or self._syncing.done():
+            self._syncing = self._spawn(self._sync_marks())
         if self.on_reply is not None:
             self.on_reply(chat_id)
         if self.after_turn is not None and batch.priority < SUBAGENT:
@@ -677,6 +679,12 @@ class Pipeline:
         for msg, reply in zip(batch.messages, batch.replies, strict=True):
             if msg.id not in self._active:
                 self._enqueue(msg, reply, batch.priority, attempt=batch.attempt + 1)
+
+    async def _sync_marks(self) -> None:
+        """fsyncs the answered watermarks written since, until none is left: one
+        worker at a time, so replies in quick succession share their fsyncs."""
+        while self.answered.unsynced():
+            await asyncio.to_thread(self.answered.sync)
 
     def _finish(self, out: Outbound, latest: str) -> None:
         """Stores the reply row and moves the chat's answered watermark (one writer)."""
