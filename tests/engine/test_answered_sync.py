@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,29 @@ def _fsyncs(monkeypatch: pytest.MonkeyPatch, under: Path) -> list[str]:
     return seen
 
 
-async def test_the_mark_is_written_before_the_reply_and_fsynced_after_it(
-    tmp_path: Path,
-    klaw_home: KlawPaths,
-    backend: Any,
-    llm: FakeLLM,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+async def pipeline(
+    tmp_path: Path, klaw_home: KlawPaths, memory: Memory, llm: FakeLLM
+) -> AsyncIterator[Pipeline]:
     config = engine_config(tmp_path, llm.url, debounceMs=0)
+    router = Router(config)
+    pipe = Pipeline(config, klaw_home, memory, router)
+    yield pipe
+    await asyncio.wait_for(pipe.aclose(), T)
+    await asyncio.wait_for(router.aclose(), T)
+
+
+async def _until_fsynced(synced: list[str], wanted: set[str]) -> None:
+    """Waits (at most T) until every path of `wanted` was fsynced."""
+    deadline = asyncio.get_running_loop().time() + T
+    while not wanted <= set(synced):
+        assert asyncio.get_running_loop().time() < deadline, sorted(wanted - set(synced))
+        await asyncio.sleep(0.01)
+
+
+async def test_the_mark_is_written_before_the_reply_and_fsynced_after_it(
+    pipeline: Pipeline, klaw_home: KlawPaths, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = klaw_home.answered / CHAT
     synced = _fsyncs(monkeypatch, klaw_home.answered)
     at_reply: dict[str, Any] = {}
@@ -57,23 +73,12 @@ async def test_the_mark_is_written_before_the_reply_and_fsynced_after_it(
         at_reply["fsynced"] = list(synced)
 
     llm.answer("hello back")
-    memory = Memory.open(paths=klaw_home, config=config, backend=backend)
-    router = Router(config)
-    try:
-        pipeline = Pipeline(config, klaw_home, memory, router)
-        msg = Inbound(id="m1", channel="telegram", chat_id=CHAT, ts=datetime.now(UTC), content="hi")
-        await asyncio.wait_for(pipeline.handle(msg, reply), T)
-        assert at_reply == {"mark": True, "fsynced": []}
-        wanted = {str(folder / "0.json"), str(folder / "mark.json"), str(folder)}
-        wanted.add(str(klaw_home.answered))  # the chat's folder is new
-        deadline = asyncio.get_running_loop().time() + T
-        while not wanted <= set(synced):  # the background fsync, without a shutdown
-            assert asyncio.get_running_loop().time() < deadline, synced
-            await asyncio.sleep(0.01)
-        await pipeline.aclose()
-    finally:
-        await router.aclose()
-        memory.close()
+    msg = Inbound(id="m1", channel="telegram", chat_id=CHAT, ts=datetime.now(UTC), content="hi")
+    await asyncio.wait_for(pipeline.handle(msg, reply), T)
+    assert at_reply == {"mark": True, "fsynced": []}
+    wanted = {str(folder / "0.json"), str(folder / "mark.json"), str(folder)}
+    wanted.add(str(klaw_home.answered))  # the chat's folder is new
+    await _until_fsynced(synced, wanted)  # the background fsync, without a shutdown
 
 
 def test_sync_covers_every_chat_written_and_each_file_once(
@@ -103,54 +108,27 @@ def test_sync_covers_every_chat_written_and_each_file_once(
 
 
 async def test_replies_in_quick_succession_all_get_their_fsync(
-    tmp_path: Path,
-    klaw_home: KlawPaths,
-    backend: Any,
-    llm: FakeLLM,
-    monkeypatch: pytest.MonkeyPatch,
+    pipeline: Pipeline, klaw_home: KlawPaths, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One fsync worker at a time takes whatever was written meanwhile: none is left."""
-    config = engine_config(tmp_path, llm.url, debounceMs=0)
     synced = _fsyncs(monkeypatch, klaw_home.answered)
     chats = ("telegram_1", "telegram_2")
 
     async def reply(out: Outbound | Error) -> None:
         assert isinstance(out, Outbound)
 
-    memory = Memory.open(paths=klaw_home, config=config, backend=backend)
-    router = Router(config)
-    try:
-        pipeline = Pipeline(config, klaw_home, memory, router)
-        for n in range(3):
-            for _ in chats:
-                llm.answer(f"answer {n}")
-            await asyncio.wait_for(
-                asyncio.gather(
-                    *(
-                        pipeline.handle(
-                            Inbound(
-                                id=f"{chat}-{n}",
-                                channel="telegram",
-                                chat_id=chat,
-                                ts=datetime.now(UTC),
-                                content=f"message {n}",
-                            ),
-                            reply,
-                        )
-                        for chat in chats
-                    )
-                ),
-                T,
-            )
-        root = klaw_home.answered
-        wanted = {str(root / c / f"{n}.json") for c in chats for n in range(3)}
-        wanted |= {str(root / c / "mark.json") for c in chats} | {str(root / c) for c in chats}
-        deadline = asyncio.get_running_loop().time() + T
-        while not wanted <= set(synced):
-            assert asyncio.get_running_loop().time() < deadline, sorted(wanted - set(synced))
-            await asyncio.sleep(0.01)
-        assert not pipeline.answered.unsynced()
-        await pipeline.aclose()
-    finally:
-        await router.aclose()
-        memory.close()
+    def message(chat: str, n: int) -> Inbound:
+        return Inbound(
+            id=f"{chat}-{n}", channel="telegram", chat_id=chat, ts=datetime.now(UTC), content="x"
+        )
+
+    for n in range(3):
+        for _ in chats:
+            llm.answer(f"answer {n}")
+        turns = (pipeline.handle(message(chat, n), reply) for chat in chats)
+        await asyncio.wait_for(asyncio.gather(*turns), T)
+    root = klaw_home.answered
+    wanted = {str(root / c / f"{n}.json") for c in chats for n in range(3)}
+    wanted |= {str(root / c / "mark.json") for c in chats} | {str(root / c) for c in chats}
+    await _until_fsynced(synced, wanted)
+    assert not pipeline.answered.unsynced()

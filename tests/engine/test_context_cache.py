@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from klaw.engine.context import AssembledContext, ContextInput, StoredMessage, assemble_context
+from test_context import make
+
+from klaw.engine.context import StoredMessage
 from klaw.llm.types import ToolSchema
 from klaw.memory.rows import count_tokens_batch, with_content
-
-
-def chars(texts: list[str]) -> list[int]:
-    return [len(t) for t in texts]
 
 
 def _row(content: str, meta: dict[str, Any] | None = None) -> StoredMessage:
@@ -30,50 +27,33 @@ def _row(content: str, meta: dict[str, Any] | None = None) -> StoredMessage:
     )
 
 
-def _make(workspace: Path, **kwargs: Any) -> AssembledContext:
-    params: dict[str, Any] = {
-        "workspace": workspace,
-        "core_memory": "",
-        "summary": None,
-        "window": [],
-        "now": datetime(2026, 2, 24, 14, 30, tzinfo=UTC),
-        "channel": "telegram",
-        "context_budget": 100_000,
-        "max_tokens": 1000,
-        "window_cap": 20,
-        "count_tokens": chars,
-    }
-    params.update(kwargs)
-    return assemble_context(ContextInput(**params))
-
-
 def test_a_row_of_the_same_id_with_other_text_or_metadata_is_read_again(
     tmp_path: Path,
 ) -> None:
     first = _row("hi")
-    assert _make(tmp_path, window=[first]).messages[-1].content == "hi"
+    assert make(tmp_path, window=[first]).messages[-1].content == "hi"
     # A debounced run merged into its last row: same id, the texts joined.
     merged = with_content(first, "hi\nthere")
-    assert _make(tmp_path, window=[merged]).messages[-1].content == "hi\nthere"
+    assert make(tmp_path, window=[merged]).messages[-1].content == "hi\nthere"
     attached = _row("hi", {"attachments": [{"path": "inbox/a.pdf", "mime": "application/pdf"}]})
-    assert _make(tmp_path, window=[attached]).messages[-1].content == (
+    assert make(tmp_path, window=[attached]).messages[-1].content == (
         "hi\n[attached file: inbox/a.pdf (application/pdf)]"
     )
-    assert _make(tmp_path, window=[first]).messages[-1].content == "hi"
+    assert make(tmp_path, window=[first]).messages[-1].content == "hi"
 
 
 def test_a_tool_schema_with_new_parameters_is_counted_anew(tmp_path: Path) -> None:
     small = {"type": "object", "properties": {}}
     big = {"type": "object", "properties": {"query": {"type": "string", "minLength": 1}}}
     one = ToolSchema("lookup", "Look something up.", small)
-    tokens = _make(tmp_path, tools=[one]).report.tokens["tools"]
-    assert _make(tmp_path, tools=[one]).report.tokens["tools"] == tokens
+    tokens = make(tmp_path, tools=[one]).report.tokens["tools"]
+    assert make(tmp_path, tools=[one]).report.tokens["tools"] == tokens
     two = ToolSchema("lookup", "Look something up.", big)
-    grown = _make(tmp_path, tools=[two]).report.tokens["tools"]
+    grown = make(tmp_path, tools=[two]).report.tokens["tools"]
     assert grown == tokens + len(json.dumps(big)) - len(json.dumps(small))
     # A new dict equal to the first (a tool building its schema per call) counts the same.
     again = ToolSchema("lookup", "Look something up.", json.loads(json.dumps(small)))
-    assert _make(tmp_path, tools=[again]).report.tokens["tools"] == tokens
+    assert make(tmp_path, tools=[again]).report.tokens["tools"] == tokens
 
 
 def test_a_persona_file_edited_to_the_same_size_with_its_mtime_put_back_is_read_again(
@@ -83,14 +63,14 @@ def test_a_persona_file_edited_to_the_same_size_with_its_mtime_put_back_is_read_
     soul = tmp_path / "SOUL.md"
     old = b"You are calm and brief, and you answer in few words.\n"
     soul.write_bytes(old)
-    first = _make(tmp_path, count_tokens=count_tokens_batch)
+    first = make(tmp_path, count_tokens=count_tokens_batch)
     assert "you answer in few words" in (first.messages[0].content or "")
     st = soul.stat()
     new = "Ты спокоен и краток.".encode()
     soul.write_bytes(new + b" " * (len(old) - len(new) - 1) + b"\n")
     os.utime(soul, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert (soul.stat().st_size, soul.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
-    second = _make(tmp_path, count_tokens=count_tokens_batch)
+    second = make(tmp_path, count_tokens=count_tokens_batch)
     assert "Ты спокоен и краток." in (second.messages[0].content or "")
     section = "## Soul\nТы спокоен и краток.\n"
     assert second.report.tokens["SOUL.md"] == count_tokens_batch([section])[0]
