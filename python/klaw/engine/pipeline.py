@@ -86,6 +86,9 @@ CORE_MEMORY_NOTICE: Final = (
     "⚠️ My core memory file (core_memory.json) is damaged, so I am answering without "
     "it. Nothing was overwritten: run `klaw doctor` on the host to see how to fix it."
 )
+#: How long after a reply its answered watermark is fsynced (it was renamed into place
+#: before the reply went out; see klaw.engine.answered).
+MARK_SYNC_DELAY_S: Final = 0.1
 TOOL_LIMIT_MESSAGE: Final = (
     "I stopped after {rounds} rounds of tool calls without reaching an answer (the limit "
     "was reached). Please rephrase or narrow the request."
@@ -682,8 +685,10 @@ class Pipeline:
 
     async def _sync_marks(self) -> None:
         """fsyncs the answered watermarks written since, until none is left: one
-        worker at a time, so replies in quick succession share their fsyncs."""
+        worker at a time, after `MARK_SYNC_DELAY_S`, so replies in quick succession
+        share their fsyncs (a worker per reply competed with the next message)."""
         while self.answered.unsynced():
+            await asyncio.sleep(MARK_SYNC_DELAY_S)
             await asyncio.to_thread(self.answered.sync)
 
     def _finish(self, out: Outbound, latest: str) -> None:
