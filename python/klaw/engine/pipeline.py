@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from klaw.paths import KlawPaths
     from klaw.scheduler.ports import BackgroundRequest
     from klaw.tools.base import ToolRegistry
+    from klaw.tools.skills import SkillCatalog
 
 __all__ = ["TOOL_LIMIT_MESSAGE", "Pipeline"]
 
@@ -204,6 +205,7 @@ class Pipeline:
         self._intake: dict[str, asyncio.Lock] = {}  # per chat: store, then queue, in order
         self.answered = AnsweredMarks(paths.answered, legacy=memory.store.meta_get)
         self._core: CoreMemory | None = None  # core_memory.json, read by `_inputs`
+        self._skill_catalog: SkillCatalog | None = None
         self._syncing: asyncio.Task[None] | None = None  # fsyncing answered watermarks
         self._core_problem: str | None = None  # why core_memory.json can't be read
         self._core_warned: dict[str, str] = {}  # chat → the problem it was told about
@@ -812,14 +814,20 @@ class Pipeline:
     def skill_commands(self) -> dict[str, str]:
         """Chat command -> skill name, for the owner's user-invocable skills."""
         try:
-            from klaw.tools.skills import SkillCatalog
-
-            catalog = SkillCatalog.for_paths(self.paths, self.config)
             builtin = {c.name for c in self.config.commands}
-            return {cmd: s.name for cmd, s in catalog.commands(builtin).items()}
+            return {cmd: s.name for cmd, s in self._catalog().commands(builtin).items()}
         except Exception:  # a broken skill folder must not stop the reply
             log.exception("skill commands could not be listed")
             return {}
+
+    def _catalog(self) -> SkillCatalog:
+        """The owner's skills: one catalog for the engine's life (it scans the folders
+        at each call, and warns once per problem rather than once per turn)."""
+        if self._skill_catalog is None:
+            from klaw.tools.skills import SkillCatalog
+
+            self._skill_catalog = SkillCatalog.for_paths(self.paths, self.config)
+        return self._skill_catalog
 
     def _skill_for(self, command: str) -> str | None:
         return self.skill_commands().get(command.lower())
@@ -835,10 +843,7 @@ class Pipeline:
 
     def _skills(self) -> list[tuple[str, str]]:
         try:
-            from klaw.tools.skills import SkillCatalog
-
-            catalog = SkillCatalog.for_paths(self.paths, self.config)
-            return [(s.name, s.description) for s in catalog.offered().values()]
+            return [(s.name, s.description) for s in self._catalog().offered().values()]
         except Exception:  # a broken skill folder must not stop the reply
             log.exception("skills could not be listed")
             return []
