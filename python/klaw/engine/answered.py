@@ -18,10 +18,11 @@ earlier versions are read once when a chat has no file yet.
 `record` replaces both files (temp file, rename) before the reply goes out, so an engine
 killed at any point finds them; `sync` makes them durable (fsync of the files and the
 folder) and runs after the reply was sent (the pipeline's fsync worker, within 0.1 s):
-the four fsyncs were most of a reply's wall time on a busy disk. A power cut between the two loses at most the newest mark (the
-one before is found, or on some file systems an empty file, read as no mark): a
-redelivered message may then be answered again, the same lesser harm as a damaged
-mark (below); klaw.db itself commits without fsync (WAL, synchronous=NORMAL).
+the four fsyncs were most of a reply's wall time on a busy disk. A power cut between
+the two loses at most the newest mark (the one before is found, or on some file systems
+an empty file, read as no mark): a redelivered message may then be answered again, the
+same lesser harm as a damaged mark (below); klaw.db itself commits without fsync (WAL,
+synchronous=NORMAL).
 """
 
 from __future__ import annotations
