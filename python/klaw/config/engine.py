@@ -20,6 +20,7 @@ from klaw.paths import KlawPaths, expand_home, unsafe_workspace
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
     "WORKSPACE_HINT",
+    "AutoRecallConfig",
     "ChunkingConfig",
     "CodeExecutionConfig",
     "CommandSpec",
@@ -39,6 +40,7 @@ __all__ = [
     "OpenClawSyncConfig",
     "ProcessingConfig",
     "ProviderConfig",
+    "ReflectConfig",
     "RoutingConfig",
     "RoutingTasks",
     "SchedulerConfig",
@@ -159,11 +161,41 @@ class WatchConfig(Section):
     debounce_ms: NonNegativeInt = 1000
 
 
+class AutoRecallConfig(Section):
+    """Bank pages and retained facts put into the context when a message names what
+    they are about, with no model call (docs/memory.md, "Auto-recall")."""
+
+    enabled: bool = True
+    max_tokens: PositiveInt = 600
+    # Tier 2: the message's embedding against pages' and facts' descriptors (cosine).
+    similarity: bool = True
+    min_similarity: Annotated[float, Field(ge=0, le=1)] = 0.45
+
+
+class ReflectConfig(Section):
+    """The nightly reflect job: bank/ pages and opinions from new retained facts."""
+
+    enabled: bool = True
+    cron: str = "0 0 4 * * ?"  # after the nightly summaries (their facts included)
+    daily_token_cap: PositiveInt | None = 60_000
+    max_facts: PositiveInt = 150  # new facts sent per model call
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from klaw.cronexpr import parse_cron
+
+        parse_cron(value)
+        return value
+
+
 class MemoryConfig(Section):
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
+    auto_recall: AutoRecallConfig = Field(default_factory=AutoRecallConfig)
+    reflect: ReflectConfig = Field(default_factory=ReflectConfig)
 
 
 class ContextConfig(Section):
