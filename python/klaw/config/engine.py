@@ -196,6 +196,9 @@ class MemoryConfig(Section):
     watch: WatchConfig = Field(default_factory=WatchConfig)
     auto_recall: AutoRecallConfig = Field(default_factory=AutoRecallConfig)
     reflect: ReflectConfig = Field(default_factory=ReflectConfig)
+    # Commit each change Klaw makes to workspace memory files (docs/memory.md): null =
+    # when the workspace is a git repository; true = also initialise one; false = never.
+    git: bool | None = None
 
 
 class ContextConfig(Section):
