@@ -33,8 +33,8 @@ def test_a_new_page_round_trips(tmp_path: Path) -> None:
     page.aliases = ["Жоау", "Joao"]
     page.history = [replace(BERLIN, until="2026-03-02", by="3fa2")]
     path = write_page(tmp_path, page)
-    assert path == tmp_path / "bank/entities/joão-silva.md"
-    back = read_page(tmp_path, "joão-silva")
+    assert path == tmp_path / "bank/entities/joao-silva.md"
+    back = read_page(tmp_path, "joao-silva")
     assert back is not None
     assert back.name == "João Silva"
     assert back.summary == "A friend from Porto, now in Lisbon."

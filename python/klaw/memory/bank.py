@@ -26,7 +26,6 @@ import logging
 import os
 import re
 import stat
-import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Final
 
 from klaw.errors import InvalidInput
 from klaw.fsutil import atomic_write_at
+from klaw.memory.retain import entity_key, entity_slug
 
 __all__ = [
     "BANK_DIR",
@@ -92,19 +92,16 @@ class BankError(InvalidInput):
 
 
 def slug_for(name: str) -> str:
-    """The file name stem of an entity's page: the name compatibility-normalized and
-    case-folded, each run of characters other than letters and digits (any script) one
-    '-'. Never empty, never a dot-name, at most MAX_SLUG_CHARS (a longer name keeps a
-    hash of the whole so two long names do not share a page)."""
-    folded = unicodedata.normalize("NFKC", name).casefold()
-    dashed = "".join(c if c.isalnum() else "-" for c in folded)
-    slug = re.sub("-{2,}", "-", dashed).strip("-")
-    digest = hashlib.blake2b(folded.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
-    if not slug:
-        return f"entity-{digest}"
-    if len(slug) > MAX_SLUG_CHARS:
-        slug = slug[: MAX_SLUG_CHARS - 9].rstrip("-") + "-" + digest
-    return slug
+    """The file name stem of an entity's page: `entity_slug` (the name's letters and
+    digits of any script, accents dropped, joined by '-'; never empty or a dot-name,
+    no separator), and for a name that fills its 64 characters a hash of the whole
+    name at the end, so two long names do not share a page."""
+    slug = entity_slug(name)
+    if len(slug) < MAX_SLUG_CHARS:
+        return slug
+    key = entity_key(name).encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(key, digest_size=4).hexdigest()
+    return slug[: MAX_SLUG_CHARS - 9].rstrip("-_") + "-" + digest
 
 
 # ------------------------------------------------------------------ the pages
@@ -148,7 +145,7 @@ class EntityPage:
         """The name and every alias, without repeats (first spelling kept)."""
         seen: dict[str, str] = {}
         for n in [self.name, *self.owner_aliases, *self.aliases]:
-            key = unicodedata.normalize("NFKC", n).casefold().strip()
+            key = entity_key(n)
             if key and key not in seen:
                 seen[key] = n.strip()
         return list(seen.values())
