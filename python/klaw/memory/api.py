@@ -179,6 +179,9 @@ class Memory:
             )
             store = _core.Store(str(paths.db), dim=backend.dim, threads=threads)
         assert store is not None
+        from klaw.memory.versioning import versioner
+
+        versioner(paths.workspace, config)  # memory.git for every writer of this workspace
         return cls(store, backend, cache, paths, config)
 
     def on_close(self, fn: Callable[[], None]) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "GitError",
     "LogEntry",
     "MemoryGit",
+    "is_memory_path",
     "versioner",
 ]
 
@@ -56,8 +57,9 @@ log = logging.getLogger("klaw.memory")
 AUTHOR_NAME: Final = "Klaw"
 AUTHOR_EMAIL: Final = "klaw@localhost"
 ZERO: Final = "0" * 40
-#: Paths committed as the baseline when `memory.git: true` creates the repository.
-MEMORY_PATHS: Final = ("MEMORY.md", "memory", "bank")
+#: The workspace's memory files: what the file tools' writes are committed for, and
+#: the baseline when `memory.git: true` creates the repository.
+MEMORY_PATHS: Final = ("MEMORY.md", "USER.md", "memory", "bank")
 GITIGNORE: Final = """\
 # Written by Klaw (memory.git): state, caches and secrets stay out of history.
 .env
@@ -310,7 +312,7 @@ class MemoryGit:
             _message(
                 "start versioning workspace memory",
                 "memory.git is true: Klaw commits each change it makes to MEMORY.md, "
-                "memory/ and bank/ from now on.",
+                "USER.md, memory/ and bank/ from now on.",
             ),
         )
         log.info("memory versioning: initialised a git repository in %s", self.workspace)
@@ -566,6 +568,14 @@ def _message(what: str, why: str) -> str:
         subject = f"memory: {subject}"
     body = why.strip()
     return f"{subject}\n\n{body}\n" if body else f"{subject}\n"
+
+
+def is_memory_path(rel: str) -> bool:
+    """Whether a workspace-relative path is a memory file Klaw versions."""
+    parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
+    if len(parts) == 1:
+        return parts[0] in ("MEMORY.md", "USER.md")
+    return len(parts) > 1 and parts[0] in ("memory", "bank") and parts[-1].endswith(".md")
 
 
 _SHARED: dict[Path, MemoryGit] = {}

@@ -25,6 +25,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from klaw.memory.versioning import versioner
+
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
     from klaw.memory.api import Memory
@@ -69,6 +71,7 @@ class WriteBack:
         self.memory_md = sync.enabled and sync.sync.memory_md
         self.user_md = sync.enabled and sync.sync.user_md
         self.zone = config.scheduler.zone()
+        self.git = versioner(workspace, config)  # each append is one commit (memory.git)
 
     @classmethod
     def subscribe(cls, workspace: Path, config: EngineConfig, memory: Memory) -> WriteBack | None:
@@ -87,17 +90,16 @@ class WriteBack:
         """A fact from `memory_save` (a `Memory.on_saved` subscriber)."""
         try:
             now = self._now(when)
+            why = "A fact saved with memory_save, written back to the OpenClaw workspace."
             if self.daily_logs:
                 day = now.strftime("%Y-%m-%d")
-                _append(
-                    self.workspace / "memory" / f"{day}.md",
-                    f"- {now:%H:%M} {_one_line(text)}\n",
-                    header=f"# {day}\n\n",
-                )
+                path = self.workspace / "memory" / f"{day}.md"
+                with self.git.change([path], f"write back a saved fact to {day}.md", why):
+                    _append(path, f"- {now:%H:%M} {_one_line(text)}\n", header=f"# {day}\n\n")
             if durable and self.memory_md:
-                _append(
-                    self.workspace / "MEMORY.md", f"- {_one_line(text)}\n", header="# MEMORY.md\n\n"
-                )
+                path = self.workspace / "MEMORY.md"
+                with self.git.change([path], "write back a durable fact to MEMORY.md", why):
+                    _append(path, f"- {_one_line(text)}\n", header="# MEMORY.md\n\n")
         except OSError as exc:  # the fact is saved in Klaw's memory either way
             log.warning("write-back of a saved fact failed: %s", exc)
 
@@ -108,11 +110,17 @@ class WriteBack:
         try:
             now = self._now(when)
             day = now.strftime("%Y-%m-%d")
-            _append(
-                self.workspace / "memory" / f"{day}.md",
-                f"\n## Conversation summary ({chat_id}, {now:%H:%M})\n\n{text.strip()}\n",
-                header=f"# {day}\n",
-            )
+            path = self.workspace / "memory" / f"{day}.md"
+            with self.git.change(
+                [path],
+                f"write back the summary of {chat_id} to {day}.md",
+                "A background summary, written back to the OpenClaw workspace's daily log.",
+            ):
+                _append(
+                    path,
+                    f"\n## Conversation summary ({chat_id}, {now:%H:%M})\n\n{text.strip()}\n",
+                    header=f"# {day}\n",
+                )
         except OSError as exc:
             log.warning("write-back of a summary failed: %s", exc)
 
@@ -125,6 +133,11 @@ class WriteBack:
         values = value if isinstance(value, list) else [value]
         text = "".join(f"- **{label}:** {_one_line(str(v))}\n" for v in values)
         try:
-            _append(self.workspace / "USER.md", text, header="# USER.md\n\n")
+            with self.git.change(
+                ["USER.md"],
+                f"write back the owner's {label.lower()} to USER.md",
+                "Written to core memory (memory_core_update) and back to the OpenClaw workspace.",
+            ):
+                _append(self.workspace / "USER.md", text, header="# USER.md\n\n")
         except OSError as exc:
             log.warning("write-back to USER.md failed: %s", exc)

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from klaw.confined import Confined, PathRefused
 from klaw.fsutil import atomic_write_at
+from klaw.memory.versioning import is_memory_path, versioner
 from klaw.tools.base import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError
 
 __all__ = ["FileList", "FileRead", "FileWrite", "PathRefused", "Workspace"]
@@ -271,9 +272,17 @@ class FileWrite(Tool):
         self.workspace = workspace
 
     async def run(self, args: dict[str, Any]) -> str:
-        return await asyncio.to_thread(
-            self.workspace.write, args["path"], args["content"], bool(args.get("append", False))
-        )
+        return await asyncio.to_thread(self._write, args)
+
+    def _write(self, args: dict[str, Any]) -> str:
+        path, append = str(args["path"]), bool(args.get("append", False))
+        if not is_memory_path(path):
+            return self.workspace.write(path, args["content"], append)
+        # A memory file the agent writes is one commit of versioned memory (memory.git).
+        git = versioner(self.workspace.root)
+        verb = "append to" if append else "write"
+        with git.change([path], f"{verb} {path}", "The agent's file_write in a conversation."):
+            return self.workspace.write(path, args["content"], append)
 
 
 class FileList(Tool):
