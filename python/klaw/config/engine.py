@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
 from klaw.config.base import MemoryMax, NonNegativeInt, PositiveInt, Section, empty_to_none
 from klaw.config.loader import Loc, is_secret_key, parse_size, substitute_env, template, validate
+from klaw.config.mcp import McpServeConfig, McpServerConfig, check_server_names
 from klaw.errors import ConfigError
 from klaw.mounts import parse_mount
 from klaw.paths import KlawPaths, expand_home, unsafe_workspace
@@ -437,6 +438,14 @@ class EngineConfig(Section):
     commands: list[CommandSpec] = Field(default_factory=_default_commands)
     compatibility: CompatibilityConfig = Field(default_factory=CompatibilityConfig)
     service: EngineServiceConfig = Field(default_factory=EngineServiceConfig)
+    # MCP servers (docs/mcp.md): none unless listed.
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    mcp_serve: McpServeConfig = Field(default_factory=McpServeConfig)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        return check_server_names(value)
 
     @field_validator("workspace")
     @classmethod

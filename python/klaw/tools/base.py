@@ -13,11 +13,14 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from klaw.errors import KlawError, ToolError
 from klaw.llm.types import ToolCall, ToolSchema
 from klaw.tools.schema import validate
+
+if TYPE_CHECKING:
+    from klaw.tools.groups import Disclosure
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "Tool", "ToolError", "ToolRegistry", "ToolResult"]
 
@@ -73,8 +76,26 @@ class ToolRegistry:
             raise ValueError("max_result_chars must be at least 200")
         self.max_result_chars = max_result_chars
         self._tools: dict[str, Tool] = {}
+        #: Tool groups offered as one line each (klaw.tools.groups).
+        self.disclosure: Disclosure | None = None
         for tool in tools:
             self.register(tool)
+
+    def attach(self, disclosure: Disclosure | None) -> None:
+        """Offer `disclosure`'s groups: `tools_load` while one is folded, the tools of
+        eager and loaded ones; every group tool is callable."""
+        self.disclosure = disclosure if disclosure is not None and disclosure.groups else None
+
+    def begin_turn(self) -> None:
+        if self.disclosure is not None:
+            self.disclosure.begin_turn()
+
+    def without_private_groups(self) -> ToolRegistry:
+        """This registry without the groups kept out of group chats."""
+        out = self.only(self._tools)
+        if self.disclosure is not None:
+            out.attach(self.disclosure.restricted(lambda g: not g.private))
+        return out
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
@@ -82,26 +103,48 @@ class ToolRegistry:
         self._tools[tool.name] = tool
 
     def names(self) -> list[str]:
-        return list(self._tools)
+        """The registered tools' names, and `tools_load` standing for the groups."""
+        from klaw.tools.groups import LOADER_NAME
+
+        return [*self._tools, *([LOADER_NAME] if self.disclosure is not None else [])]
 
     def only(self, names: Iterable[str]) -> ToolRegistry:
-        """A registry with those of `names` this one has (same tools, same limits)."""
+        """A registry with those of `names` this one has (same tools, same limits); the
+        groups go with `tools_load`."""
+        from klaw.tools.groups import LOADER_NAME
+
         keep = set(names)
-        return ToolRegistry(
+        out = ToolRegistry(
             [t for n, t in self._tools.items() if n in keep], max_result_chars=self.max_result_chars
         )
+        if LOADER_NAME in keep:
+            out.attach(self.disclosure)
+        return out
 
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        tool = self._tools.get(name)
+        if tool is None and self.disclosure is not None:
+            from klaw.tools.groups import LOADER_NAME
+
+            if name == LOADER_NAME:
+                return self.disclosure.loader()
+            found = self.disclosure.find(name)
+            tool = found[1] if found else None
+        return tool
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        return isinstance(name, str) and self.get(name) is not None
 
     def __len__(self) -> int:
         return len(self._tools)
 
     def schemas(self) -> list[ToolSchema]:
-        return [tool.schema() for tool in self._tools.values()]
+        out = [tool.schema() for tool in self._tools.values()]
+        if self.disclosure is not None:
+            if self.disclosure.lazy():
+                out.append(self.disclosure.loader().schema())
+            out += [tool.schema() for tool in self.disclosure.offered()]
+        return out
 
     async def call(self, call: ToolCall) -> ToolResult:
         """Runs a model's tool call; a call whose arguments were not JSON is an error result."""
@@ -115,9 +158,9 @@ class ToolRegistry:
 
     async def dispatch(self, name: str, args: Any) -> ToolResult:
         """Validates and runs one tool; never raises (except for cancellation)."""
-        tool = self._tools.get(name)
+        tool = self.get(name)
         if tool is None:
-            known = ", ".join(sorted(self._tools)) or "(none)"
+            known = ", ".join(sorted(self.names())) or "(none)"
             return ToolResult(f"Unknown tool {name!r}. Available tools: {known}", is_error=True)
         if args is None:
             args = {}
@@ -130,6 +173,13 @@ class ToolRegistry:
             return ToolResult(
                 f"Invalid arguments for {name}: " + "; ".join(problems[:10]), is_error=True
             )
+        if name not in self._tools and self.disclosure is not None:
+            found = self.disclosure.find(name)
+            if found is not None:
+                refused = found[0].admit(self.disclosure.chat_id, tool, args)
+                if refused is not None:
+                    return ToolResult(refused, is_error=True)
+                self.disclosure.used(found[0])
         try:
             content = await tool.run(dict(args))
         except ToolError as exc:
