@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from klaw.memory import Memory
 from klaw.memory.bank import (
     BankError,
     Opinion,
@@ -22,6 +23,7 @@ from klaw.memory.bank import (
     write_opinions,
     write_page,
 )
+from klaw.paths import KlawPaths
 
 BERLIN = PageFact("9b1e", "2026-01-10", "W", "Lives in Berlin.", "memory/2026-01-10.md#L4")
 LISBON = PageFact("3fa2", "2026-03-02", "W", "Moved to Lisbon.", "memory/2026-03-02.md#L5")
@@ -161,3 +163,17 @@ def test_a_confidence_that_is_no_number_reads_as_half(tmp_path: Path) -> None:
     ops, _, _ = read_opinions(tmp_path)
     assert [o.confidence for o in ops] == [0.5, 1.0]
     assert all(o.id.startswith("o-") for o in ops)
+
+
+def test_the_bank_is_indexed_like_the_rest_of_memory(memory: Memory, klaw_home: KlawPaths) -> None:
+    ws = klaw_home.workspace
+    page = with_fact(new_page("Anna"), LISBON)
+    page.summary = "Anna keeps bees on the roof of her Lisbon flat."
+    write_page(ws, page)
+    write_opinions(ws, [Opinion("o-1", "Anna likes fado", 0.7, "2026-03-02")], "")
+    report = memory.index_workspace()
+    assert {"bank/entities/anna.md", "bank/opinions.md"} <= set(report.indexed)
+    hits = memory.search("who keeps bees on a roof?", top_k=3)
+    assert hits[0].source == "bank/entities/anna.md"
+    (ws / "bank/entities/anna.md").unlink()
+    assert "bank/entities/anna.md" in memory.index_workspace().removed

@@ -180,6 +180,8 @@ class ContextInput:
     count_tokens: TokenCounterFn = _DEFAULT_COUNTER
     # Workspace files left out (the heartbeat's lean context skips AGENTS.md).
     skip_files: frozenset[str] = frozenset()
+    # Auto-recall's block (klaw.memory.recall, its own heading): private chats only.
+    recalled: str = ""
     # The model takes images: image attachments of the window's user messages become
     # `ImagePart` placeholders (the newest MAX_IMAGES), loaded by `klaw.engine.images`.
     vision: bool = False
@@ -673,6 +675,8 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
                 "`skill_load` now and follow it for what they wrote after the command."
             )
         tail.append(("skills", _section("Available Skills", "\n".join(lines))))
+    if private_ok and inp.recalled.strip():  # changes per turn: after the stable parts
+        tail.append(("recall", inp.recalled.strip() + "\n"))
     # The clock goes last: what precedes it stays byte-identical between calls, so
     # llama.cpp and providers' prompt caches reuse the prefix (docs/decisions.md).
     tail.append(

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from klaw.llm.router import Router
     from klaw.memory.api import Memory
     from klaw.memory.core import CoreMemory
+    from klaw.memory.recall import Recall, Recalled
     from klaw.paths import KlawPaths
     from klaw.scheduler.ports import BackgroundRequest
     from klaw.tools.base import ToolRegistry
@@ -160,6 +161,7 @@ class _TurnInputs:
     summary: str | None  # the segment's newest summary
     invoked: tuple[str, str] | None  # (command, skill) the last message calls
     onboarding: bool  # BOOTSTRAP.md and onboarding_done are offered
+    recalled: Recalled | None = None  # auto-recall's block (memory/recall.py)
 
 
 @dataclass
@@ -209,6 +211,7 @@ class Pipeline:
         self._syncing: asyncio.Task[None] | None = None  # fsyncing answered watermarks
         self._core_problem: str | None = None  # why core_memory.json can't be read
         self._core_warned: dict[str, str] = {}  # chat → the problem it was told about
+        self._recall: Recall | None = None  # auto-recall, made at the first turn
         # When no model answers, the batch is tried again after this, doubling.
         self.retry_base_s = 30.0
         self.retry_max_s = 900.0
@@ -470,6 +473,7 @@ class Pipeline:
                 workspace=self.paths.workspace,
                 core_memory=got.core_text,
                 summary=got.summary,
+                recalled=got.recalled.text if got.recalled else "",
                 window=got.rows,
                 now=self._now().astimezone(self._zone),
                 channel=last.channel,
@@ -537,6 +541,8 @@ class Pipeline:
         meta.update(
             {"model": answered_by, "tokens_in": usage.tokens_in, "tokens_out": usage.tokens_out}
         )
+        if got.recalled is not None and got.recalled.items:  # what auto-recall put in
+            meta["recalled"] = list(got.recalled.items)
         if not text.strip():
             log.warning("%s: the model answered with no text", chat_id)
         out = Outbound(
@@ -747,7 +753,19 @@ class Pipeline:
             summary=summary,
             invoked=self._invoked(batch),
             onboarding=onboarding,
+            recalled=self._recalled(batch, group, background),
         )
+
+    def _recalled(self, batch: _Batch, group: bool, background: bool) -> Recalled | None:
+        """Auto-recall for the turn's new messages (klaw.memory.recall): like core
+        memory, private chats only; never for jobs and heartbeats."""
+        if background or (group and not self.config.context.allow_private_memory_in_groups):
+            return None
+        if self._recall is None:
+            from klaw.memory.recall import Recall
+
+            self._recall = Recall(self.paths.workspace, self.config.memory.auto_recall, self.memory)
+        return self._recall.for_messages([m.content for m in batch.messages])
 
     def _window_rows(
         self, chat_id: str, since: str, latest: str, own: set[str], limit: int, cap: int

@@ -420,7 +420,7 @@ class Memory:
             report.chunks += n
         for path in (f.path for f in self.store.list_files()):
             owned = path in ("MEMORY.md", "core_memory.json") or path.startswith(
-                ("memory/", "summaries/")
+                ("memory/", "summaries/", "bank/")
             )
             if owned and path not in present:
                 self.store.remove_file(path)

@@ -59,7 +59,7 @@ class MemoryWatcher:
         # once into a new directory can land before the watch on that directory
         # exists, so its own event is lost and only the directory's is seen.
         return rel.as_posix() == "MEMORY.md" or (
-            len(parts) >= 1 and parts[0] == "memory" and p.suffix in (".md", "")
+            len(parts) >= 1 and parts[0] in ("memory", "bank") and p.suffix in (".md", "")
         )
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -43,12 +43,14 @@ def _inside(real_root: str, path: Path) -> bool:
 
 
 def memory_files(workspace: Path) -> list[Path]:
-    """MEMORY.md and memory/**/*.md, leaving out (logged) what resolves outside."""
+    """MEMORY.md, memory/**/*.md and the bank (bank/**/*.md: entity pages, opinions),
+    leaving out (logged) what resolves outside."""
     found: list[Path] = []
     if (workspace / "MEMORY.md").is_file():
         found.append(workspace / "MEMORY.md")
-    if (workspace / "memory").is_dir():
-        found.extend(sorted(p for p in (workspace / "memory").rglob("*.md") if p.is_file()))
+    for folder in ("memory", "bank"):
+        if (workspace / folder).is_dir():
+            found.extend(sorted(p for p in (workspace / folder).rglob("*.md") if p.is_file()))
     real_root = os.path.realpath(workspace)
     kept = []
     for path in found:

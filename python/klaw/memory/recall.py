@@ -1,0 +1,427 @@
+"""Auto-recall: what memory knows about the entities a message names, put into the
+context before the turn, with no model call (issue 25 item 5; seed autopoiesis §4,
+tiers 1-2).
+
+What it knows (`Known`): every bank page (`bank/entities/*.md`: its name and aliases)
+and every entity the retained facts mention (`@Name` in a `## Retain` bullet), so a
+fact is recalled even before the reflect job has made a page for its entity.
+
+- Tier 1, exact alias match (free): each name is cut into words and each word analysed
+  by the keyword analyser memory search uses (stems, Russian prefixes, CJK bigrams), so
+  "Жоау" finds "Жоаной" and "Lisbon" "Lisbon's". The message is analysed once; each of
+  its terms is one dict lookup. A name matches when every one of its words has a term
+  in the message.
+- Tier 2, similarity (cheap, local): the message's embedding, by the model already
+  loaded, against the vectors the memory index already holds for the bank's pages and
+  the daily logs (one int8 scan of klaw.db's vector index); a chunk of a page brings
+  its entity, a chunk of a log the retained facts on its lines. Only above
+  `memory.autoRecall.minSimilarity`, and only for a message of a few words or more.
+
+What is put in: each entity's page summary and its newest facts (superseded ones left
+out: a newer fact about the same entity and attribute replaces them), facts found by
+similarity, best first, until `memory.autoRecall.maxTokens`. When memory knows no
+entity and holds no fact, a turn costs one attribute read.
+
+What it knows is rebuilt in a background thread when it is older than `max_age_s`
+(files changed meanwhile are read again; unchanged ones are kept by their stat), so a
+turn never waits for the files; the first turn after start builds it once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from klaw import _core
+from klaw.memory.bank import ENTITIES_DIR, EntityPage, read_pages
+from klaw.memory.retain import Fact, entity_key, parse_retain
+from klaw.memory.wsfiles import memory_files, open_for_index
+
+if TYPE_CHECKING:
+    from klaw.config.engine import AutoRecallConfig
+    from klaw.memory.api import Memory
+
+__all__ = ["Known", "Recall", "Recalled", "current_facts"]
+
+log = logging.getLogger("klaw.memory")
+
+HEADING: Final = "Recalled From Memory"
+NOTE: Final = (
+    "Brought in because the conversation names them (no search was run); cite the "
+    "source in brackets, and use memory_search for more."
+)
+#: Facts shown per entity, newest first.
+FACTS_PER_ENTITY: Final = 6
+#: Characters of a page summary shown.
+SUMMARY_CHARS: Final = 600
+#: Tier 2 runs for a message of at least this many analysed terms ("ok, thanks" not).
+MIN_TERMS_FOR_SIMILARITY: Final = 3
+#: Chunks taken from the vector index for tier 2.
+SIMILAR_CHUNKS: Final = 8
+#: Text of the new messages looked at (the end of a long paste).
+MAX_TEXT_CHARS: Final = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """An entity auto-recall can bring in: its page (if any) and its current facts."""
+
+    key: str  # entity_key of its name
+    name: str
+    page: EntityPage | None
+    facts: tuple[Fact, ...]  # newest first, superseded ones left out
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What one turn got: the prompt block ("" for nothing) and what is in it."""
+
+    text: str = ""
+    items: tuple[str, ...] = ()  # citations: bank/entities/peter.md, memory/…#L5
+    entities: tuple[str, ...] = ()  # names brought in
+    tokens: int = 0
+    tier: int = 0  # 1: a name matched; 2: similarity only; 0: nothing
+
+
+NOTHING: Final = Recalled()
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    known: list[Known] = field(default_factory=list)
+    # analysed term -> (entity index, the name's words as term sets)
+    terms: dict[str, list[tuple[int, tuple[frozenset[str], ...]]]] = field(default_factory=dict)
+    by_slug: dict[str, int] = field(default_factory=dict)
+    # log label -> its facts (tier 2 maps a chunk's lines to them)
+    facts_by_source: dict[str, list[Fact]] = field(default_factory=dict)
+    entity_of_fact: dict[str, list[int]] = field(default_factory=dict)
+    facts: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not self.known and not self.facts
+
+
+def current_facts(facts: Iterable[Fact]) -> list[Fact]:
+    """`facts` without those a newer fact replaces (the same entity and attribute,
+    written on a later day: the day of its log, not the day it names), newest first."""
+    ordered = sorted(facts, key=lambda f: (f.day or f.start or "", f.source, f.line), reverse=True)
+    seen: set[tuple[str, str]] = set()
+    out: list[Fact] = []
+    for f in ordered:
+        if f.attribute:
+            keys = {(entity_key(e), f.attribute) for e in f.entities}
+            if keys & seen:
+                continue
+            seen |= keys
+        out.append(f)
+    return out
+
+
+class _FactFiles:
+    """The retained facts of the workspace's daily logs, each file parsed again only
+    when its stat changes."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+        self._files: dict[str, tuple[tuple[int, int, int], list[Fact]]] = {}
+
+    def read(self) -> dict[str, list[Fact]]:
+        out: dict[str, list[Fact]] = {}
+        kept: dict[str, tuple[tuple[int, int, int], list[Fact]]] = {}
+        for path in memory_files(self.workspace):
+            label = path.relative_to(self.workspace).as_posix()
+            if not label.startswith("memory/"):
+                continue
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            old = self._files.get(label)
+            if old is not None and old[0] == stamp:
+                facts = old[1]
+            else:
+                facts = self._parse(path, label)
+            kept[label] = (stamp, facts)
+            if facts:
+                out[label] = facts
+        self._files = kept
+        return out
+
+    def _parse(self, path: Path, label: str) -> list[Fact]:
+        try:
+            fd = open_for_index(self.workspace, path)
+        except Exception as exc:  # a log that leads out, a FIFO: not read, said once
+            log.warning("auto-recall: %s not read: %s", label, exc)
+            return []
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                text = fh.read(16 << 20).decode("utf-8", errors="replace")
+        except OSError as exc:
+            log.warning("auto-recall: %s not read: %s", label, exc.strerror)
+            return []
+        return parse_retain(text, label) if "etain" in text else []
+
+
+def _words(name: str) -> tuple[frozenset[str], ...]:
+    """The analysed terms of each word of a name (query form: CJK as bigrams)."""
+    words = []
+    for word in name.replace("@", " ").split():
+        terms = frozenset(_core.analyze(word, True))
+        if terms:
+            words.append(terms)
+    return tuple(words)
+
+
+def _build(workspace: Path, fact_files: _FactFiles) -> _Snapshot:
+    snap = _Snapshot()
+    pages = read_pages(workspace)
+    by_source = fact_files.read()
+    snap.facts_by_source = by_source
+    snap.facts = sum(map(len, by_source.values()))
+    index: dict[str, int] = {}  # entity key -> position in `known`
+    names: dict[int, list[str]] = {}
+    pages_of: dict[int, EntityPage] = {}
+    for slug, page in pages.items():
+        keys = [entity_key(n) for n in page.names()]
+        at = next((index[k] for k in keys if k in index), None)
+        if at is None:
+            at = len(names)
+            names[at] = []
+            pages_of[at] = page
+        for k, n in zip(keys, page.names(), strict=True):
+            if k and k not in index:
+                index[k] = at
+                names[at].append(n)
+        snap.by_slug[slug] = at
+    facts_of: dict[int, list[Fact]] = {}
+    for facts in by_source.values():
+        for f in facts:
+            for e in f.entities:
+                k = entity_key(e)
+                if not k:
+                    continue
+                at = index.get(k)
+                if at is None:
+                    at = index[k] = len(names)
+                    names[at] = [e]
+                facts_of.setdefault(at, []).append(f)
+                snap.entity_of_fact.setdefault(f.id, []).append(at)
+    analysed: dict[str, tuple[frozenset[str], ...]] = {}
+    for at in range(len(names)):
+        own = pages_of.get(at)
+        display = own.name if own else names[at][0]
+        superseded = {h.id for h in own.history} if own else set()
+        facts = [f for f in current_facts(facts_of.get(at, ())) if f.id not in superseded]
+        snap.known.append(Known(entity_key(display), display, own, tuple(facts)))
+        for n in names[at]:
+            words = analysed.get(n)
+            if words is None:
+                words = analysed[n] = _words(n)
+            if not words:
+                continue
+            # Filed under the rarest-looking term of its first word (the longest).
+            for term in words[0]:
+                snap.terms.setdefault(term, []).append((at, words))
+    return snap
+
+
+class Recall:
+    """Auto-recall for one engine (see the module docstring); safe across threads."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        config: AutoRecallConfig,
+        memory: Memory | None = None,
+        *,
+        max_age_s: float = 30.0,
+    ) -> None:
+        self.workspace = workspace
+        self.config = config
+        self.memory = memory
+        self.max_age_s = max_age_s
+        self._files = _FactFiles(workspace)
+        self._snap: _Snapshot | None = None
+        self._built = 0.0
+        self._lock = threading.Lock()  # one rebuild at a time
+        self._refreshing = False
+
+    # --- what it knows ------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Reads the bank and the daily logs again (what changed) now."""
+        with self._lock:
+            started = time.monotonic()
+            try:
+                snap = _build(self.workspace, self._files)
+            except Exception:  # recall is a help: a broken file must not stop turns
+                log.exception("auto-recall: reading the bank and the daily logs failed")
+                snap = self._snap or _Snapshot()
+            self._snap, self._built = snap, started
+            self._refreshing = False
+
+    def _current(self) -> _Snapshot:
+        snap = self._snap
+        if snap is None:
+            self.refresh()
+            snap = self._snap
+            assert snap is not None
+        elif time.monotonic() - self._built > self.max_age_s and not self._refreshing:
+            self._refreshing = True
+            threading.Thread(target=self.refresh, name="klaw-recall", daemon=True).start()
+        return snap
+
+    def known(self) -> list[Known]:
+        return list(self._current().known)
+
+    # --- one turn -----------------------------------------------------------
+
+    def for_messages(self, texts: Sequence[str]) -> Recalled:
+        """What to put into the context for the turn's new messages `texts`."""
+        if not self.config.enabled:
+            return NOTHING
+        snap = self._current()
+        if snap.empty:
+            return NOTHING
+        text = "\n".join(t for t in texts if t)[-MAX_TEXT_CHARS:]
+        if not text.strip():
+            return NOTHING
+        terms = set(_core.analyze(text))
+        named = self._tier1(snap, terms)
+        similar: list[tuple[float, int | Fact]] = []
+        if (
+            self.config.similarity
+            and self.memory is not None
+            and len(terms) >= (MIN_TERMS_FOR_SIMILARITY)
+        ):
+            similar = self._tier2(snap, text)
+        if not named and not similar:
+            return NOTHING
+        return self._render(snap, named, similar)
+
+    @staticmethod
+    def _tier1(snap: _Snapshot, terms: set[str]) -> list[int]:
+        """Entities whose name's every word has a term in the message, the name with
+        more words first (it says more)."""
+        found: dict[int, int] = {}
+        for term in terms:
+            for at, words in snap.terms.get(term, ()):
+                if all(w & terms for w in words):
+                    found[at] = max(found.get(at, 0), len(words))
+        return sorted(found, key=lambda at: -found[at])
+
+    def _tier2(self, snap: _Snapshot, text: str) -> list[tuple[float, int | Fact]]:
+        assert self.memory is not None
+        memory = self.memory
+        try:
+            qvec = memory.backend.embed_query(text)
+            hits = memory.store.vector_search(qvec, SIMILAR_CHUNKS)
+        except Exception as exc:  # no model, a closed store: tier 1 still works
+            log.debug("auto-recall: no similarity this turn: %s", exc)
+            return []
+        bar = self.config.min_similarity
+        good = {cid: score for cid, score in hits if score >= bar}
+        if not good:
+            return []
+        out: list[tuple[float, int | Fact]] = []
+        for chunk in memory.store.get_chunks(list(good)):
+            score = good[chunk.id]
+            source = chunk.source
+            if source.startswith(ENTITIES_DIR + "/"):
+                at = snap.by_slug.get(source[len(ENTITIES_DIR) + 1 : -3])
+                if at is not None:
+                    out.append((score, at))
+            elif source in snap.facts_by_source:
+                lo, hi = chunk.start_line or 0, chunk.end_line or 1 << 30
+                out.extend((score, f) for f in snap.facts_by_source[source] if lo <= f.line <= hi)
+        out.sort(key=lambda x: -x[0])
+        return out
+
+    def _render(
+        self, snap: _Snapshot, named: list[int], similar: list[tuple[float, int | Fact]]
+    ) -> Recalled:
+        order: list[int | Fact] = list(named)
+        for _score, item in similar:
+            if isinstance(item, int):
+                if item not in order:
+                    order.append(item)
+            else:
+                order.append(item)
+        blocks: list[tuple[str, list[tuple[str, str]]]] = []  # (header, [(line, citation)])
+        shown_facts: set[str] = set()
+        names: list[str] = []
+        loose: list[tuple[str, str]] = []
+        for item in order:
+            if isinstance(item, Fact):
+                if item.id not in shown_facts:
+                    shown_facts.add(item.id)
+                    loose.append((_fact_line(item), item.citation))
+                continue
+            known = snap.known[item]
+            lines: list[tuple[str, str]] = []
+            if known.page is not None:
+                cite = f"{ENTITIES_DIR}/{known.page.slug}.md"
+                summary = " ".join(known.page.summary.split())[:SUMMARY_CHARS]
+                lines.append((f"{summary} [{cite}]" if summary else f"[{cite}]", cite))
+            for f in known.facts[:FACTS_PER_ENTITY]:
+                if f.id not in shown_facts:
+                    shown_facts.add(f.id)
+                    lines.append((_fact_line(f), f.citation))
+            aliases = [n for n in (known.page.names() if known.page else []) if n != known.name]
+            header = f"### {known.name}" + (f" ({', '.join(aliases[:4])})" if aliases else "")
+            blocks.append((header, lines))
+            names.append(known.name)
+        if loose:
+            blocks.append(("### Related facts", loose))
+        return self._fit(blocks, names, tier=1 if named else 2)
+
+    def _fit(
+        self, blocks: list[tuple[str, list[tuple[str, str]]]], names: list[str], tier: int
+    ) -> Recalled:
+        """The blocks in order, line by line, within maxTokens (a header only with at
+        least one of its lines)."""
+        budget = self.config.max_tokens
+        head = f"## {HEADING}\n{NOTE}\n"
+        texts = [head] + [t for h, lines in blocks for t in (h, *(x for x, _ in lines))]
+        counts = iter(_core.count_tokens_batch(texts))
+        used = next(counts)
+        out = [head]
+        items: list[str] = []
+        kept_names: list[str] = []
+        for (header, lines), name in zip(blocks, [*names, ""], strict=False):
+            h_tokens = next(counts)
+            line_tokens = [next(counts) for _ in lines]
+            if used + h_tokens >= budget:
+                break
+            taken: list[str] = []
+            cost = h_tokens
+            for (line, cite), n in zip(lines, line_tokens, strict=True):
+                if used + cost + n > budget:
+                    continue  # a shorter line later may still fit
+                taken.append(line)
+                cost += n
+                if cite not in items:
+                    items.append(cite)
+            if not taken:
+                continue
+            out.append(header + "\n" + "\n".join(taken) + "\n")
+            used += cost
+            if name:
+                kept_names.append(name)
+        if not items:
+            return NOTHING
+        return Recalled("\n".join(out).strip(), tuple(items), tuple(kept_names), used, tier)
+
+
+def _fact_line(f: Fact) -> str:
+    day = f.start or f.day or "?"
+    span = f"{day}..{f.end}" if f.end and f.end != day else day
+    return f"- {span}: {f.content} [{f.citation}]"
