@@ -30,24 +30,23 @@ turn never waits for the files; the first turn after start builds it once.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from klaw import _core
 from klaw.memory.bank import ENTITIES_DIR, EntityPage, read_pages
-from klaw.memory.retain import Fact, entity_key, parse_retain
-from klaw.memory.wsfiles import memory_files, open_for_index
+from klaw.memory.logfacts import FactFiles, current_facts
+from klaw.memory.retain import Fact, entity_key
 
 if TYPE_CHECKING:
     from klaw.config.engine import AutoRecallConfig
     from klaw.memory.api import Memory
 
-__all__ = ["Known", "Recall", "Recalled", "current_facts"]
+__all__ = ["Known", "Recall", "Recalled"]
 
 log = logging.getLogger("klaw.memory")
 
@@ -108,68 +107,6 @@ class _Snapshot:
         return not self.known and not self.facts
 
 
-def current_facts(facts: Iterable[Fact]) -> list[Fact]:
-    """`facts` without those a newer fact replaces (the same entity and attribute,
-    written on a later day: the day of its log, not the day it names), newest first."""
-    ordered = sorted(facts, key=lambda f: (f.day or f.start or "", f.source, f.line), reverse=True)
-    seen: set[tuple[str, str]] = set()
-    out: list[Fact] = []
-    for f in ordered:
-        if f.attribute:
-            keys = {(entity_key(e), f.attribute) for e in f.entities}
-            if keys & seen:
-                continue
-            seen |= keys
-        out.append(f)
-    return out
-
-
-class _FactFiles:
-    """The retained facts of the workspace's daily logs, each file parsed again only
-    when its stat changes."""
-
-    def __init__(self, workspace: Path) -> None:
-        self.workspace = workspace
-        self._files: dict[str, tuple[tuple[int, int, int], list[Fact]]] = {}
-
-    def read(self) -> dict[str, list[Fact]]:
-        out: dict[str, list[Fact]] = {}
-        kept: dict[str, tuple[tuple[int, int, int], list[Fact]]] = {}
-        for path in memory_files(self.workspace):
-            label = path.relative_to(self.workspace).as_posix()
-            if not label.startswith("memory/"):
-                continue
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-            old = self._files.get(label)
-            if old is not None and old[0] == stamp:
-                facts = old[1]
-            else:
-                facts = self._parse(path, label)
-            kept[label] = (stamp, facts)
-            if facts:
-                out[label] = facts
-        self._files = kept
-        return out
-
-    def _parse(self, path: Path, label: str) -> list[Fact]:
-        try:
-            fd = open_for_index(self.workspace, path)
-        except Exception as exc:  # a log that leads out, a FIFO: not read, said once
-            log.warning("auto-recall: %s not read: %s", label, exc)
-            return []
-        try:
-            with os.fdopen(fd, "rb") as fh:
-                text = fh.read(16 << 20).decode("utf-8", errors="replace")
-        except OSError as exc:
-            log.warning("auto-recall: %s not read: %s", label, exc.strerror)
-            return []
-        return parse_retain(text, label) if "etain" in text else []
-
-
 def _words(name: str) -> tuple[frozenset[str], ...]:
     """The analysed terms of each word of a name (query form: CJK as bigrams)."""
     words = []
@@ -180,7 +117,7 @@ def _words(name: str) -> tuple[frozenset[str], ...]:
     return tuple(words)
 
 
-def _build(workspace: Path, fact_files: _FactFiles) -> _Snapshot:
+def _build(workspace: Path, fact_files: FactFiles) -> _Snapshot:
     snap = _Snapshot()
     pages = read_pages(workspace)
     by_source = fact_files.read()
@@ -248,7 +185,7 @@ class Recall:
         self.config = config
         self.memory = memory
         self.max_age_s = max_age_s
-        self._files = _FactFiles(workspace)
+        self._files = FactFiles(workspace)
         self._snap: _Snapshot | None = None
         self._built = 0.0
         self._lock = threading.Lock()  # one rebuild at a time
