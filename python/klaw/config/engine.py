@@ -21,6 +21,7 @@ from klaw.paths import KlawPaths, expand_home, unsafe_workspace
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
     "WORKSPACE_HINT",
+    "ArchiveConfig",
     "AutoRecallConfig",
     "ChunkingConfig",
     "CodeExecutionConfig",
@@ -40,6 +41,7 @@ __all__ = [
     "OpenClawConfig",
     "OpenClawSyncConfig",
     "ProcessingConfig",
+    "PromptMemoryConfig",
     "ProviderConfig",
     "ReflectConfig",
     "RoutingConfig",
@@ -190,6 +192,24 @@ class ReflectConfig(Section):
         return value
 
 
+class PromptMemoryConfig(Section):
+    """What is in every prompt (docs/memory.md, "A prompt that stays small")."""
+
+    # Persona files, core memory, MEMORY.md and auto-recall together; MEMORY.md gives
+    # way when the others leave it less than its share.
+    max_tokens: PositiveInt = 5000
+    # MEMORY.md's share (private chats); beyond it the prompt holds its first lines and
+    # `klaw memory condense` proposes a shorter file. 0: MEMORY.md only through search.
+    memory_md_tokens: NonNegativeInt = 1200
+
+
+class ArchiveConfig(Section):
+    """Daily logs older than `afterDays` move to memory/archive/ (still searchable)."""
+
+    enabled: bool = True  # at the nightly reflect run; `klaw memory condense` too
+    after_days: PositiveInt = 90
+
+
 class MemoryConfig(Section):
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
@@ -200,6 +220,8 @@ class MemoryConfig(Section):
     # Commit each change Klaw makes to workspace memory files (docs/memory.md): null =
     # when the workspace is a git repository; true = also initialise one; false = never.
     git: bool | None = None
+    prompt: PromptMemoryConfig = Field(default_factory=PromptMemoryConfig)
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
 
 
 class ContextConfig(Section):

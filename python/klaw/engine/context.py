@@ -10,6 +10,7 @@ Layout of what it returns::
 
     system   ## Soul / ## Identity / ## Instructions / ## Environment Notes /
              ## About the User        SOUL, IDENTITY, AGENTS, TOOLS, USER .md, missing skipped
+             ## Long-Term Memory (MEMORY.md)   within its share (private chats only)
              ## Current Context       date with weekday, time with timezone, channel
              ## Core Memory           core_memory.json (private chats only, see below)
              ## Earlier in This Conversation   the segment's last summary
@@ -35,8 +36,10 @@ workspace files are cut, largest first down to a common size, each with a visibl
 "[truncated]" note; if even that is not enough the report says ``over_budget``.
 
 Group chats never get core memory nor USER.md (the same private facts; core memory
-is a superset of it) unless `allow_private_memory_in_groups` is set. MEMORY.md is
-never read here: archival memory reaches the model only through `memory_search`.
+is a superset of it) unless `allow_private_memory_in_groups` is set; nor MEMORY.md,
+which private chats get after the persona files up to its share
+(`memory.prompt.memoryMdTokens`, cut at a line end with a note: klaw.memory.condense);
+the rest of archival memory reaches the model through `memory_search`.
 
 Stored tool calls: the `metadata_json` of a stored row carries them as produced by
 `message_meta` (assistant: ``{"tool_calls": [{"id", "name", "arguments"}]}``; tool:
@@ -67,6 +70,7 @@ from klaw.llm.types import (
     not_shown,
     with_notes,
 )
+from klaw.memory.condense import prompt_cut
 from klaw.memory.rows import StoredMessage, count_tokens_batch
 from klaw.tools.onboarding import onboarding_pending
 from klaw.workspace_text import workspace_text
@@ -140,6 +144,8 @@ class ContextLimits:
     window_cap: int
     allow_private_memory_in_groups: bool = False
     vision: bool = False  # models.<id>.vision: photos go as images
+    memory_md_tokens: int = 0  # memory.prompt.memoryMdTokens; 0: MEMORY.md not read
+    memory_max_tokens: int = 0  # memory.prompt.maxTokens; 0: no cap
 
 
 def model_limits(config: EngineConfig, model: str, *, subagent: bool = False) -> ContextLimits:
@@ -155,6 +161,8 @@ def model_limits(config: EngineConfig, model: str, *, subagent: bool = False) ->
         window_cap=ctx.subagent_window if subagent else ctx.sliding_window,
         allow_private_memory_in_groups=ctx.allow_private_memory_in_groups,
         vision=bool(model_cfg and model_cfg.vision),
+        memory_md_tokens=config.memory.prompt.memory_md_tokens,
+        memory_max_tokens=config.memory.prompt.max_tokens,
     )
 
 
@@ -185,6 +193,10 @@ class ContextInput:
     # The model takes images: image attachments of the window's user messages become
     # `ImagePart` placeholders (the newest MAX_IMAGES), loaded by `klaw.engine.images`.
     vision: bool = False
+    # MEMORY.md's share of the prompt (private chats; 0: not read) and the cap on persona
+    # files + core memory + MEMORY.md + auto-recall, which MEMORY.md gives way to.
+    memory_md_tokens: int = 0
+    memory_max_tokens: int = 0
 
     @classmethod
     def from_limits(cls, limits: ContextLimits, **kwargs: Any) -> ContextInput:
@@ -195,6 +207,8 @@ class ContextInput:
             window_cap=limits.window_cap,
             allow_private_memory_in_groups=limits.allow_private_memory_in_groups,
             vision=limits.vision,
+            memory_md_tokens=limits.memory_md_tokens,
+            memory_max_tokens=limits.memory_max_tokens,
             **kwargs,
         )
 
@@ -572,6 +586,36 @@ def _read_file_uncached(path: Path) -> tuple[str, bool] | None:
     return text, cut
 
 
+_MEMORY_MD_WARNED: set[tuple[int, int]] = set()
+
+
+def _memory_md(
+    inp: ContextInput, files: list[tuple[str, str, str]], tail: list[tuple[str, str]]
+) -> tuple[str, str, str] | None:
+    """MEMORY.md as a workspace file within its share (klaw.memory.condense.prompt_cut):
+    the share, or what the persona files, core memory and auto-recall leave of
+    `memory_max_tokens` if less."""
+    read = _read_workspace_file(inp.workspace / "MEMORY.md")
+    if read is None:
+        return None
+    text, share = read[0], inp.memory_md_tokens
+    if inp.memory_max_tokens:
+        others = [_section(h, b) for _, h, b in files]
+        others += [t for key, t in tail if key in ("core_memory", "recall")]
+        used = sum(_count_all(inp.count_tokens, others))
+        share = min(share, max(0, inp.memory_max_tokens - used))
+    body, _, total = prompt_cut(text, share, inp.count_tokens)
+    if body is not text and (total, share) not in _MEMORY_MD_WARNED:
+        _MEMORY_MD_WARNED.add((total, share))
+        log.warning(
+            "MEMORY.md is %d tokens, over its share of the prompt (%d): its first lines go "
+            "in; `klaw memory condense` proposes a shorter file",
+            total,
+            share,
+        )
+    return "MEMORY.md", "Long-Term Memory (MEMORY.md)", body
+
+
 def _format_now(now: datetime) -> str:
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("`now` must be timezone-aware (e.g. datetime.now(ZoneInfo(...)))")
@@ -688,6 +732,11 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
             ),
         )
     )
+
+    if private_ok and inp.memory_md_tokens > 0 and "MEMORY.md" not in inp.skip_files:
+        memory_md = _memory_md(inp, files, tail)
+        if memory_md is not None:
+            files.append(memory_md)
 
     # ---- the window, as units
     segment, before_break = _segment(inp.window)

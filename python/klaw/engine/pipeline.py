@@ -134,8 +134,9 @@ LEAN_TOOLS: Final = frozenset(
     {"current_time", "memory_search", "file_read", "file_list", "skill_load", "send_message"}
 )
 #: AGENTS.md guides conversations (and is the largest workspace file: ~2k tokens in
-#: OpenClaw's template); a checklist run does without it.
-LEAN_SKIPPED_FILES: Final = frozenset({"AGENTS.md"})
+#: OpenClaw's template); a checklist run does without it, and without MEMORY.md (up to
+#: memory.prompt.memoryMdTokens), which it reaches through memory_search when needed.
+LEAN_SKIPPED_FILES: Final = frozenset({"AGENTS.md", "MEMORY.md"})
 
 
 @dataclass
