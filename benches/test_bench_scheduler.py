@@ -6,6 +6,9 @@
   Klaw's token counter over the request the model server received (messages and
   tool schemas);
 * a heartbeat whose pre-check finds nothing: 0 tokens (asserted);
+* a day of a 30-minute heartbeat with nothing to do (48 runs, nothing it reads
+  changes): prompt tokens for the whole day (bar: ≤ 2,500, asserted), beside the
+  same 48 runs each waking the model (`skipUnchanged: false`, today's per-run cost);
 * lateness of a job's first run after its due time, `schedule add` → the model
   request, beside a bare APScheduler job calling a coroutine;
 * RSS the scheduler adds to an engine process (bar: ≤ 15 MB, asserted) beside
@@ -122,12 +125,15 @@ async def _until(check: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
-async def _heartbeat_request(root: Path, extra: str = "") -> tuple[list[Any], float]:
-    """Runs the heartbeat once; returns the model requests and the run's seconds."""
+async def _heartbeat_request(
+    root: Path, extra: str = "", runs: int = 1
+) -> tuple[list[Any], float]:
+    """Runs the heartbeat `runs` times; returns the model requests and the seconds."""
     llm = FakeLLM()
     await llm.start()
     try:
-        llm.answer(SILENT)
+        for _ in range(runs):
+            llm.answer(SILENT)
         async with _engine(root, llm, extra) as server:
             control = server.scheduler
             await _until(lambda: control.scheduler.ledger is not None)
@@ -138,16 +144,17 @@ async def _heartbeat_request(root: Path, extra: str = "") -> tuple[list[Any], fl
 
             await asyncio.wait_for(listed(), T)
             t0 = time.perf_counter()
-            due = await control.run("heartbeat")
+            for _ in range(runs):
+                due = await control.run("heartbeat")
 
-            async def finished() -> None:
-                while True:
-                    runs = await control.history("heartbeat")
-                    if any(r.due == due.isoformat() and r.ended for r in runs):
-                        return
-                    await asyncio.sleep(0.01)
+                async def finished(due: datetime) -> None:
+                    while True:
+                        done = await control.history("heartbeat")
+                        if any(r.due == due.isoformat() and r.ended for r in done):
+                            return
+                        await asyncio.sleep(0.01)
 
-            await asyncio.wait_for(finished(), T)
+                await asyncio.wait_for(finished(due), T)
             return list(llm.requests), time.perf_counter() - t0
     finally:
         await llm.close()
@@ -176,6 +183,32 @@ def test_heartbeat_tokens_precheck_quiet_klaw(benchmark: Any, home: Path) -> Non
     requests, _ = benchmark.pedantic(lambda: asyncio.run(_heartbeat_request(home, extra)), rounds=1)
     benchmark.extra_info["prompt_tokens"] = sum(prompt_tokens(r) for r in requests)
     assert requests == []
+
+
+DAY_RUNS = 48  # every 30 minutes
+
+
+@pytest.mark.benchmark(group="heartbeat-day")
+def test_heartbeat_idle_day_klaw(benchmark: Any, home: Path) -> None:
+    """48 runs of the reference checklist with nothing changing: one look, then quiet."""
+    requests, _ = benchmark.pedantic(
+        lambda: asyncio.run(_heartbeat_request(home, HEARTBEAT_YAML, DAY_RUNS)), rounds=1
+    )
+    tokens = sum(prompt_tokens(r) for r in requests)
+    benchmark.extra_info["prompt_tokens_day"] = tokens
+    benchmark.extra_info["model_calls"] = len(requests)
+    assert tokens <= 2500
+
+
+@pytest.mark.benchmark(group="heartbeat-day")
+def test_heartbeat_idle_day_every_run_baseline(benchmark: Any, home: Path) -> None:
+    """The same day with every run waking the model (wave 2's behaviour)."""
+    extra = HEARTBEAT_YAML + "    skipUnchanged: false\n"
+    requests, _ = benchmark.pedantic(
+        lambda: asyncio.run(_heartbeat_request(home, extra, DAY_RUNS)), rounds=1
+    )
+    benchmark.extra_info["prompt_tokens_day"] = sum(prompt_tokens(r) for r in requests)
+    benchmark.extra_info["model_calls"] = len(requests)
 
 
 async def _main_chat_request(root: Path) -> dict[str, Any]:

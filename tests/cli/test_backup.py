@@ -39,11 +39,13 @@ from sched_support import (  # noqa: F401 (fixture)
     until,
 )
 
+from klaw import _core
 from klaw.backup.redact import Unsafe, redact
 from klaw.config import default_engine_yaml, load_engine_config
 from klaw.memory import Memory
 from klaw.paths import KlawPaths
 from klaw.scheduler.jobs import JobSpec
+from klaw.scheduler.ledger import SCHEMA_VERSION as SCHEDULER_DB_VERSION
 from klaw.scheduler.service import store_jobs
 from scripted_llm import FakeLLM, call, write_engine_yaml
 
@@ -329,7 +331,10 @@ def test_an_altered_archive_is_refused_and_nothing_is_overwritten(
 # ------------------------------------------------------------------ newer databases
 
 
-@pytest.mark.parametrize(("db", "supported"), [("klaw.db", 3), ("scheduler.db", 1)])
+@pytest.mark.parametrize(
+    ("db", "supported"),
+    [("klaw.db", _core.KLAW_DB_SCHEMA_VERSION), ("scheduler.db", SCHEDULER_DB_VERSION)],
+)
 def test_a_backup_of_a_newer_database_is_refused_by_name_and_versions(
     klaw_home: KlawPaths, backend: Any, tmp_path: Path, db: str, supported: int
 ) -> None:
@@ -355,7 +360,10 @@ def test_the_engine_refuses_a_newer_klaw_db_by_name_and_versions(
     done = run("engine")
     assert done.returncode == 1
     (line,) = [ln for ln in done.stderr.splitlines() if " ERROR " in ln]
-    assert "klaw.db has schema version 42, newer than this Klaw (3)" in line
+    assert (
+        f"klaw.db has schema version 42, newer than this Klaw ({_core.KLAW_DB_SCHEMA_VERSION})"
+        in line
+    )
     assert klaw_home.db.read_bytes() == before
 
 

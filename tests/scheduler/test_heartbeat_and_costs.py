@@ -46,8 +46,10 @@ async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_whe
     klaw_home: KlawPaths, llm: FakeLLM, backend: Any, telegram: FakeTelegram
 ) -> None:
     engine_yaml(
-        klaw_home.engine_config, llm.url, heartbeat={"cron": EVERY_SECOND, "injectInto": CHAT}
-    )
+        klaw_home.engine_config,
+        llm.url,
+        heartbeat={"cron": EVERY_SECOND, "injectInto": CHAT, "skipUnchanged": "false"},
+    )  # every run wakes the model here (test_heartbeat_quiet.py has the skipping)
     checklist = "# Checks\n\n- Anything from the bank in the mail?\n- Meetings in the next hour?\n"
     (klaw_home.workspace / "AGENTS.md").write_text("# Agents\n\nGROUP-CHAT-ETIQUETTE rules.\n")
     skill = klaw_home.workspace / "skills" / "weather"

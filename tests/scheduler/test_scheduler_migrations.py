@@ -143,7 +143,7 @@ async def test_a_file_from_before_versions_is_migrated_and_keeps_jobs_and_runs(
 def test_a_new_file_starts_at_the_current_version(tmp_path: Path) -> None:
     db = tmp_path / "sub" / "scheduler.db"
     Ledger(db).close()
-    assert user_version(db) == SCHEMA_VERSION == 1
+    assert user_version(db) == SCHEMA_VERSION == 2
     assert {"klaw_runs", "klaw_job_state", "apscheduler_jobs"} <= tables(db)
 
 
@@ -166,7 +166,7 @@ def test_a_newer_file_is_refused_by_name_with_both_versions_and_left_as_it_is(
         store.start(None, "default")
     for err in (ledger_err, store_err):
         text = str(err.value)
-        assert str(db) in text and "schema version 99" in text and "(1)" in text
+        assert str(db) in text and "schema version 99" in text and "(2)" in text
         assert "upgrade Klaw" in text
     assert db.read_bytes() == before
 
@@ -188,5 +188,5 @@ def test_the_engine_refuses_to_start_on_a_newer_scheduler_db(klaw_home: KlawPath
     assert "Traceback" not in done.stderr
     (line,) = [ln for ln in done.stderr.splitlines() if " ERROR " in ln]
     assert "the engine could not start" in line
-    assert f"{klaw_home.scheduler_db} has schema version 7" in line and "(1)" in line
+    assert f"{klaw_home.scheduler_db} has schema version 7" in line and "(2)" in line
     assert klaw_home.scheduler_db.read_bytes() == before

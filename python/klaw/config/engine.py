@@ -6,8 +6,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from zoneinfo import ZoneInfo
+
+if TYPE_CHECKING:
+    from ipaddress import IPv4Network, IPv6Network
+
+    IPNetwork = IPv4Network | IPv6Network
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
@@ -23,6 +28,7 @@ __all__ = [
     "WORKSPACE_HINT",
     "ArchiveConfig",
     "AutoRecallConfig",
+    "BudgetConfig",
     "ChunkingConfig",
     "CodeExecutionConfig",
     "CommandSpec",
@@ -36,10 +42,12 @@ __all__ = [
     "LlmConfig",
     "LocalModelConfig",
     "LoggingConfig",
+    "LoopsConfig",
     "MemoryConfig",
     "ModelConfig",
     "OpenClawConfig",
     "OpenClawSyncConfig",
+    "PriceConfig",
     "ProcessingConfig",
     "PromptMemoryConfig",
     "ProviderConfig",
@@ -50,9 +58,13 @@ __all__ = [
     "SearchConfig",
     "SummarizationConfig",
     "WatchConfig",
+    "WebConfig",
+    "WebFetchConfig",
+    "WebSearchConfig",
     "default_engine_yaml",
     "is_loopback",
     "load_engine_config",
+    "parse_allow_host",
     "resolve_workspace",
     "workspace_key",
 ]
@@ -85,6 +97,16 @@ class ProviderConfig(Section):
         return bool(self.api_key) or is_loopback(self.endpoint)
 
 
+class PriceConfig(Section):
+    """A model's list price per million tokens (docs/costs.md); `cachedInput` is the
+    price of input tokens read from the provider's cache (unset: the input price)."""
+
+    input: Annotated[float, Field(ge=0)]
+    output: Annotated[float, Field(ge=0)]
+    cached_input: Annotated[float, Field(ge=0)] | None = None
+    currency: Literal["CNY", "USD"]
+
+
 class ModelConfig(Section):
     max_tokens: PositiveInt | None = None
     context_budget: PositiveInt | None = None
@@ -95,6 +117,8 @@ class ModelConfig(Section):
     # True: photos the user sends reach the model as images (docs/providers.md, vision);
     # otherwise the model reads a short note naming the file.
     vision: bool = False
+    # None: the shipped price list (defaults/prices.json), else the cost is unknown.
+    price: PriceConfig | None = None
 
 
 class RoutingTasks(Section):
@@ -231,10 +255,41 @@ class ContextConfig(Section):
     allow_private_memory_in_groups: bool = False
 
 
+class LoopsConfig(Section):
+    """Loop breakers of one turn, besides `maxToolCallRounds` (docs/costs.md)."""
+
+    enabled: bool = True
+    max_tokens: PositiveInt = 200_000  # tokens in + out of the turn's model calls
+    max_seconds: PositiveInt = 300  # the turn's wall time, waits for a slot included
+    # The same call (tool and arguments) this many times in a row, or a pair of calls
+    # alternating this many times (A,B,A,B,A,B), ends the turn.
+    repeats: Annotated[int, Field(ge=2)] = 3
+
+
 class ProcessingConfig(Section):
     debounce_ms: NonNegativeInt = 1500
     max_concurrent_llm: PositiveInt = 2
     max_tool_call_rounds: PositiveInt = 10
+    loops: LoopsConfig = Field(default_factory=LoopsConfig)
+
+
+class BudgetConfig(Section):
+    """Spend caps in `currency`, per owner's day and month (docs/costs.md). `perSource`
+    caps a day's spend of each source its key matches (`heartbeat`, `job:*`, `chat:*`,
+    `summary`...; the most specific key wins). `rates` convert other currencies: one
+    unit of the key's currency is worth this much of `currency`."""
+
+    daily: Annotated[float, Field(ge=0)] | None = None
+    monthly: Annotated[float, Field(ge=0)] | None = None
+    currency: Literal["CNY", "USD"] = "USD"
+    per_source: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    rates: dict[Literal["CNY", "USD"], Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    # A chat over its cap is answered by this model (the offline one) after the notice.
+    offline_model: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.daily is not None or self.monthly is not None or bool(self.per_source)
 
 
 class LocalModelConfig(Section):
@@ -268,6 +323,9 @@ class HeartbeatConfig(Section):
     inject_into: str | None = None  # where a non-silent result goes; None: the log only
     precheck: str | None = None  # a command: exit 1 = nothing to look at, no tokens
     daily_token_cap: PositiveInt | None = None
+    # skip the model call while nothing it reads changed since a silent run (a checklist
+    # about mail or the web, outside the workspace, wants false or a pre-check)
+    skip_unchanged: bool = True
 
     @field_validator("cron")
     @classmethod
@@ -380,6 +438,95 @@ class FilesConfig(Section):
     max_file_size_bytes: PositiveInt = 1_048_576
 
 
+def parse_allow_host(entry: str) -> tuple[str | IPNetwork, int | None]:
+    """A `web.fetch.allowHosts` entry: (lowercase name or network, port or None).
+    Names may start with `*.` (any subdomain); ValueError says what is expected."""
+    import ipaddress
+
+    text = entry.strip().lower()
+    port: int | None = None
+    if text.startswith("["):  # [v6] or [v6]:port
+        host, _, rest = text[1:].partition("]")
+        if rest:
+            if not rest.startswith(":") or not rest[1:].isdigit():
+                raise ValueError(f"{entry!r}: write [ADDRESS]:PORT")
+            port = int(rest[1:])
+    elif text.count(":") == 1:
+        host, _, num = text.partition(":")
+        if not num.isdigit():
+            raise ValueError(f"{entry!r}: the port after ':' must be a number")
+        port = int(num)
+    else:
+        host = text
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"{entry!r}: port {port} is out of range")
+    try:
+        return ipaddress.ip_network(host, strict=False), port
+    except ValueError:
+        pass
+    name = host.removeprefix("*.")
+    if not name or not all(
+        part and len(part) < 64 and part.replace("-", "").replace("_", "").isalnum()
+        for part in name.split(".")
+    ):
+        raise ValueError(
+            f"{entry!r} is not a host name, address or network "
+            "(e.g. nas.lan, *.lan, 192.168.1.10, 10.0.0.0/8, localhost:8080)"
+        )
+    return host, port
+
+
+class WebFetchConfig(Section):
+    """`web_fetch` (docs/web.md): what it may reach and how much it reads."""
+
+    enabled: bool = True
+    # Private, loopback or link-local hosts it may reach all the same: a name
+    # ("nas.lan", "*.lan"), an address or a network ("192.168.1.10", "10.0.0.0/8"),
+    # each optionally with ":PORT". Cloud metadata addresses only when listed literally.
+    allow_hosts: list[str] = Field(default_factory=list)
+    max_bytes: str = "2m"  # of the body (decompressed); a longer page is cut there
+    timeout_seconds: PositiveInt = 20  # the whole fetch: connect, redirects and body
+    max_redirects: NonNegativeInt = 5
+    max_tokens: Annotated[int, Field(ge=100)] = 3000  # result cap; a call may ask for less
+    cache_minutes: NonNegativeInt = 10  # the same URL within this is not fetched again
+
+    @field_validator("max_bytes")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            parse_allow_host(entry)  # ValueError says what is expected
+        return value
+
+
+class WebSearchConfig(Section):
+    """`web_search` (docs/web.md): off until a provider is set."""
+
+    provider: Literal["searxng", "brave", "tavily", "bocha"] | None = None
+    # searxng: your instance's URL (required); others: their API's URL (the default).
+    endpoint: Annotated[str | None, BeforeValidator(empty_to_none)] = None
+    api_key: Annotated[str | None, BeforeValidator(empty_to_none)] = None
+    count: Annotated[int, Field(ge=1, le=20)] = 5  # results when the call names none
+    timeout_seconds: PositiveInt = 15
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http(s) URL, got {value!r}")
+        return value
+
+
+class WebConfig(Section):
+    fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
+    search: WebSearchConfig = Field(default_factory=WebSearchConfig)
+
+
 class CommandSpec(Section):
     name: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,32}$")]  # Telegram's command rules
     description: str
@@ -452,11 +599,13 @@ class EngineConfig(Section):
     context: ContextConfig = Field(default_factory=ContextConfig)
     processing: ProcessingConfig = Field(default_factory=ProcessingConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     summarization: SummarizationConfig = Field(default_factory=SummarizationConfig)
     code_execution: CodeExecutionConfig = Field(default_factory=CodeExecutionConfig)
     files: FilesConfig = Field(default_factory=FilesConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     commands: list[CommandSpec] = Field(default_factory=_default_commands)
     compatibility: CompatibilityConfig = Field(default_factory=CompatibilityConfig)
     service: EngineServiceConfig = Field(default_factory=EngineServiceConfig)

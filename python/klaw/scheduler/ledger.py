@@ -35,7 +35,7 @@ FINAL: Final = frozenset(
 
 #: scheduler.db's schema version (`PRAGMA user_version`), for the whole file: the run
 #: ledger's tables and the job store's.
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 # Migration i brings scheduler.db from version i to i + 1, in one transaction. Version
 # 0 is a file of Klaw before versions (or APScheduler's SQLAlchemyJobStore): each part
@@ -74,6 +74,11 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             reason TEXT NOT NULL,
             moved_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
         )""",
+    ),
+    (
+        # What the heartbeat read at its last silent run (scheduler/quiet.py): the
+        # next run is skipped while the digest is the same.
+        "ALTER TABLE klaw_job_state ADD COLUMN quiet_digest TEXT",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -289,6 +294,22 @@ class Ledger:
                 (job, day),
             )
             return True
+
+    def quiet_digest(self, job: str) -> str | None:
+        """The digest stored by the job's last silent run (None: none, or it spoke since)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT quiet_digest FROM klaw_job_state WHERE job = ?", (job,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def set_quiet_digest(self, job: str, digest: str | None) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO klaw_job_state (job, quiet_digest) VALUES (?, ?) "
+                "ON CONFLICT (job) DO UPDATE SET quiet_digest = excluded.quiet_digest",
+                (job, digest),
+            )
 
     def forget(self, job: str) -> None:
         """A removed job's state (its history stays)."""

@@ -24,6 +24,8 @@ from klaw.lanes import SUBAGENT
 from klaw.scheduler.jobs import JobSpec
 from klaw.scheduler.ledger import Ledger
 from klaw.scheduler.precheck import run_precheck
+from klaw.scheduler.quiet import heartbeat_digest
+from klaw.spend import source_for_chat
 from klaw.wire.loglines import inbound_line, outbound_line, to_record
 from klaw.wire.protocol import Error, Inbound, InboundMeta, Outbound, new_id
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from klaw.config import EngineConfig
     from klaw.scheduler.outbox import Outbox
     from klaw.scheduler.ports import BackgroundTurns
+    from klaw.scheduler.reflect import Reflector
     from klaw.scheduler.summaries import Summarizer
 
 __all__ = ["JobRunner", "is_silent"]
@@ -74,6 +77,7 @@ class JobRunner:
         workspace: Path,
         now: Callable[[], datetime] | None = None,
         summarizer: Summarizer | None = None,
+        reflector: Reflector | None = None,
     ) -> None:
         self.config = config
         self.conversations = conversations
@@ -83,6 +87,7 @@ class JobRunner:
         self.workspace = workspace
         self._now = now or (lambda: datetime.now(UTC))
         self.summarizer = summarizer
+        self.reflector = reflector
 
     async def __call__(self, spec: JobSpec, due: datetime) -> None:
         name = spec.name
@@ -92,6 +97,9 @@ class JobRunner:
         tokens_in = tokens_out = 0
         if spec.kind == "summaries":
             await self._summaries(spec, due)
+            return
+        if spec.kind == "reflect":
+            await self._reflect(spec, due)
             return
         try:
             if await self._over_cap(spec, due):
@@ -105,15 +113,32 @@ class JobRunner:
                     await asyncio.to_thread(self.ledger.finish, name, due, "quiet")
                     await self._recovered(spec)
                     return
+            digest = None
+            skip = self.config.scheduler.heartbeat.skip_unchanged
+            if spec.kind == "heartbeat" and spec.precheck is None and skip:
+                digest = await asyncio.to_thread(self._digest, spec)
+                if digest is not None and digest == await asyncio.to_thread(
+                    self.ledger.quiet_digest, name
+                ):
+                    log.info("job %s: nothing it reads changed since its silent run", name)
+                    await asyncio.to_thread(self.ledger.finish, name, due, "quiet")
+                    return
             out = await self._turn(spec, due)
             tokens_in = int(out.meta.get("tokens_in") or 0)
             tokens_out = int(out.meta.get("tokens_out") or 0)
+            if out.meta.get("error") == "budget_spent":
+                await self._budget_spent(spec, due, out)
+                return
             if out.line_type == "notice":  # no model answered (the notice is a chat's)
                 raise _RunFailed("no model answered (the engine's log says why)")
             silent = is_silent(out.content)
             if not silent and spec.inject_into and out.content.strip():
                 await self.outbox.send(self._push(spec, out.content))
             status = "silent" if silent else "ok"
+            if digest is not None:  # spoke: the next run looks again whatever happens
+                await asyncio.to_thread(
+                    self.ledger.set_quiet_digest, name, digest if silent else None
+                )
             await asyncio.to_thread(
                 self.ledger.finish,
                 name,
@@ -127,6 +152,17 @@ class JobRunner:
         except _RunFailed as exc:
             await self._failed(spec, due, str(exc), tokens_in, tokens_out)
 
+    def _digest(self, spec: JobSpec) -> str | None:
+        """What the heartbeat reads, digested; None (run it) when that cannot be told."""
+        zone = self.config.scheduler.zone()
+        try:
+            return heartbeat_digest(
+                spec.message, self.workspace, self.conversations, zone, self._now()
+            )
+        except (OSError, ValueError) as exc:
+            log.warning("job %s: could not tell whether anything changed (%s)", spec.name, exc)
+            return None
+
     async def _summaries(self, spec: JobSpec, due: datetime) -> None:
         """The built-in nightly job: summarize every chat with messages left over."""
         if self.summarizer is None:
@@ -139,6 +175,45 @@ class JobRunner:
             self.ledger.finish, spec.name, due, "ok", error=None if written else "nothing new"
         )
         log.info("nightly summaries: %d written", written)
+
+    async def _reflect(self, spec: JobSpec, due: datetime) -> None:
+        """The built-in nightly reflect job (klaw.scheduler.reflect): nothing new is
+        `quiet` (no model call); its tokens count against its daily cap."""
+        if self.reflector is None:
+            await asyncio.to_thread(
+                self.ledger.finish, spec.name, due, "failed", error="reflect is off"
+            )
+            return
+        if await self._over_cap(spec, due):
+            return
+        left = None
+        if spec.daily_token_cap is not None:
+            local = due.astimezone(spec.zone())
+            start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+            used = await asyncio.to_thread(self.ledger.tokens_between, spec.name, start, due)
+            left = max(0, spec.daily_token_cap - used)
+        got = await self.reflector.run(left)
+        status = "failed" if got.error else "ok" if got.calls else "quiet"
+        note = got.error or (None if got.calls else "no new facts")
+        if got.capped and not got.error:
+            note = f"daily token cap reached after {got.facts} facts; the rest next run"
+        await asyncio.to_thread(
+            self.ledger.finish,
+            spec.name,
+            due,
+            status,
+            tokens_in=got.tokens_in,
+            tokens_out=got.tokens_out,
+            error=note,
+        )
+        log.info(
+            "reflect: %d facts, %d pages%s (%d+%d tokens)",
+            got.facts,
+            got.pages,
+            " and opinions" if got.opinions else "",
+            got.tokens_in,
+            got.tokens_out,
+        )
 
     # --- the turn --------------------------------------------------------
 
@@ -158,7 +233,12 @@ class JobRunner:
             got.append(reply)
 
         await self.turns.handle(
-            msg, collect, priority=SUBAGENT, model=spec.model, lean=spec.kind == "heartbeat"
+            msg,
+            collect,
+            priority=SUBAGENT,
+            model=spec.model,
+            lean=spec.kind == "heartbeat",
+            source=source_for_chat(chat_id, spec.kind),
         )
         answers = [r for r in got if isinstance(r, Outbound)]
         errors = [r for r in got if isinstance(r, Error)]
@@ -228,6 +308,23 @@ class JobRunner:
             )
             await self.outbox.send(self._push(spec, text, notice="capped"))
         return True
+
+    async def _budget_spent(self, spec: JobSpec, due: datetime, out: Outbound) -> None:
+        """The budget (the agent's or this source's) is spent: the run is `capped`; the
+        job's chat hears it once per period (the spend log keeps who was told)."""
+        log.warning("job %s due %s: %s", spec.name, due, out.content)
+        await asyncio.to_thread(
+            self.ledger.finish,
+            spec.name,
+            due,
+            "capped",
+            tokens_in=int(out.meta.get("tokens_in") or 0),
+            tokens_out=int(out.meta.get("tokens_out") or 0),
+            error=out.content,
+        )
+        if spec.inject_into and out.meta.get("first_notice"):
+            text = f"⏸️ Scheduled job '{spec.name}' rests: {out.content}"
+            await self.outbox.send(self._push(spec, text, notice="capped"))
 
     async def _failed(
         self, spec: JobSpec, due: datetime, error: str, tokens_in: int, tokens_out: int
