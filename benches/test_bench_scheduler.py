@@ -125,9 +125,7 @@ async def _until(check: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
-async def _heartbeat_request(
-    root: Path, extra: str = "", runs: int = 1
-) -> tuple[list[Any], float]:
+async def _heartbeat_request(root: Path, extra: str = "", runs: int = 1) -> tuple[list[Any], float]:
     """Runs the heartbeat `runs` times; returns the model requests and the seconds."""
     llm = FakeLLM()
     await llm.start()
