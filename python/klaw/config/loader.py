@@ -405,7 +405,11 @@ def _read(path: Path) -> str | None:
 SECRET_KEYS: Final[dict[str, tuple[tuple[tuple[str, ...], str], ...]]] = {
     # A provider whose key variable is unset is simply not callable (Ollama needs none;
     # the router and doctor report it), so `make run` with no keys still works.
-    "engine.yaml": ((("providers", "*", "apiKey"), "{name}_API_KEY"),),
+    # A search provider without its key is off too (no web_search; doctor says why).
+    "engine.yaml": (
+        (("providers", "*", "apiKey"), "{name}_API_KEY"),
+        (("web", "search", "apiKey"), "WEB_SEARCH_API_KEY"),
+    ),
     # A channel runs only once its token variable is set (a fresh install chats on the
     # console); an enabled channel without one is off, and `klaw doctor` says so. A
     # transcription key may be unset (a local server needs none).

@@ -45,7 +45,7 @@ def builtin_tools(
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     on_user_fact: Callable[[str, object], None] | None = None,
 ) -> list[Tool]:
-    """Memory, file, skill and time tools bound to one workspace and memory;
+    """Memory, file, skill, time and web tools bound to one workspace and memory;
     `on_user_fact` is told each fact about the owner written to core memory."""
     from klaw.memory.core import CoreMemory
     from klaw.memory.docs import Docs
@@ -62,6 +62,7 @@ def builtin_tools(
     )
     from klaw.tools.onboarding import OnboardingDone
     from klaw.tools.skills import SkillCatalog, SkillList, SkillLoad
+    from klaw.tools.web import web_tools
 
     core = core or CoreMemory(paths.core_memory)
     workspace = Workspace(
@@ -87,6 +88,7 @@ def builtin_tools(
         DocsList(docs),
         DocsRead(docs, max_chars=max(100, max_result_chars - 300)),
         DocsSearch(docs),
+        *web_tools(config.web, max_result_chars),
     ]
 
 

@@ -1,0 +1,224 @@
+"""`web_search`'s providers behind one result shape (title, url, snippet, date).
+
+- searxng: your SearXNG instance's JSON API, `GET {endpoint}/search?q=…&format=json`
+  (the instance must list `json` under `search.formats` in its settings.yml, or it
+  answers 403). Results: `results[]` of {url, title, content, publishedDate}.
+- brave: Brave Search API, `GET https://api.search.brave.com/res/v1/web/search?q=…&count=N`
+  with the key in `X-Subscription-Token`. Results: `web.results[]` of {title, url,
+  description, page_age, age}.
+- tavily: Tavily, `POST https://api.tavily.com/search` {query, max_results, …} with
+  `Authorization: Bearer KEY`. Results: `results[]` of {title, url, content,
+  published_date (news only)}.
+- bocha: Bocha (博查), `POST https://api.bochaai.com/v1/web-search` {query, count, …}
+  with `Authorization: Bearer KEY`, answered in a Bing-compatible envelope:
+  `{code, msg, data: {webPages: {value[]: {name, url, snippet, summary,
+  datePublished | dateLastCrawled}}}}`.
+
+Searches go to the provider the owner configured (not through web_fetch's address
+check: a SearXNG on the same machine is the usual case). Snippets are plain text:
+SearXNG and Brave mark matches with HTML tags, which are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from klaw.errors import KlawError
+
+if TYPE_CHECKING:
+    from klaw.config.engine import WebSearchConfig
+
+__all__ = ["DEFAULT_ENDPOINTS", "SearchError", "SearchResult", "Searcher", "why_off"]
+
+DEFAULT_ENDPOINTS = {
+    "brave": "https://api.search.brave.com/res/v1/web/search",
+    "tavily": "https://api.tavily.com/search",
+    "bocha": "https://api.bochaai.com/v1/web-search",
+}
+KEY_VARIABLES = {"brave": "BRAVE_API_KEY", "tavily": "TAVILY_API_KEY", "bocha": "BOCHA_API_KEY"}
+MAX_SNIPPET = 400
+_TAGS = re.compile(r"<[^>]{0,200}>")
+
+
+class SearchError(KlawError):
+    """The search failed; the message says why, for the model."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    title: str
+    url: str
+    snippet: str
+    date: str | None = None
+
+
+def why_off(cfg: WebSearchConfig) -> str | None:
+    """None when web_search can be offered, else why not and how to turn it on."""
+    if cfg.provider is None:
+        return (
+            "no provider: set web.search.provider in engine.yaml to searxng (with "
+            "web.search.endpoint), brave, tavily or bocha (with web.search.apiKey)"
+        )
+    if cfg.provider == "searxng":
+        if not cfg.endpoint:
+            return "web.search.provider is searxng but web.search.endpoint is not set"
+        return None
+    if not cfg.api_key:
+        var = KEY_VARIABLES[cfg.provider]
+        return (
+            f"web.search.provider is {cfg.provider} but it has no key: set "
+            f'web.search.apiKey: "${{{var}}}" and export {var}'
+        )
+    return None
+
+
+def _plain(value: Any, limit: int = MAX_SNIPPET) -> str:
+    if not isinstance(value, str):
+        return ""
+    text = " ".join(html.unescape(_TAGS.sub("", value)).split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _date(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    return value.strip()[:40] or None
+
+
+def _list(data: Any, *path: str) -> list[dict[str, Any]]:
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+
+
+def _result(title: Any, url: Any, snippet: Any, date: Any) -> SearchResult | None:
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        return None
+    return SearchResult(_plain(title, 200) or url, url, _plain(snippet), _date(date))
+
+
+class Searcher:
+    """Runs queries against the configured provider; one per engine."""
+
+    def __init__(self, cfg: WebSearchConfig) -> None:
+        if why_off(cfg):
+            raise ValueError(why_off(cfg))
+        self.cfg = cfg
+        self.provider: str = cfg.provider or ""
+        self.endpoint = cfg.endpoint or DEFAULT_ENDPOINTS.get(self.provider, "")
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:  # a client serves one loop
+            self._loop = loop
+            self._client = httpx.AsyncClient(timeout=self.cfg.timeout_seconds)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def search(self, query: str, count: int) -> list[SearchResult]:
+        try:
+            response = await self._request(query, count)
+        except httpx.TimeoutException:
+            raise SearchError(f"{self.provider} did not answer in time") from None
+        except httpx.HTTPError as exc:
+            raise SearchError(
+                f"{self.provider} could not be reached ({type(exc).__name__})"
+            ) from None
+        if response.status_code != 200:
+            raise SearchError(self._status_message(response))
+        try:
+            data = response.json()
+        except ValueError:
+            raise SearchError(f"{self.provider} answered with something that is not JSON") from None
+        results = [r for r in self._parse(data) if r is not None]
+        unique = {r.url: r for r in reversed(results)}  # the first of each URL
+        return [r for r in results if unique[r.url] is r][:count]
+
+    async def _request(self, query: str, count: int) -> httpx.Response:
+        key = self.cfg.api_key or ""
+        http = self._http()
+        if self.provider == "searxng":
+            url = self.endpoint.rstrip("/")
+            url = url if url.endswith("/search") else url + "/search"
+            params = {"q": query, "format": "json", "safesearch": "1"}
+            return await http.get(url, params=params, headers={"Accept": "application/json"})
+        if self.provider == "brave":
+            return await http.get(
+                self.endpoint,
+                params={"q": query, "count": min(count, 20)},
+                headers={"Accept": "application/json", "X-Subscription-Token": key},
+            )
+        if self.provider == "tavily":
+            body = {
+                "query": query,
+                "max_results": min(count, 20),
+                "search_depth": "basic",
+                "topic": "general",
+                "include_answer": False,
+            }
+            return await http.post(
+                self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"}
+            )
+        body = {"query": query, "count": min(count, 50), "freshness": "noLimit", "summary": False}
+        return await http.post(self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"})
+
+    def _parse(self, data: Any) -> list[SearchResult | None]:
+        if self.provider == "searxng":
+            return [
+                _result(r.get("title"), r.get("url"), r.get("content"), r.get("publishedDate"))
+                for r in _list(data, "results")
+            ]
+        if self.provider == "brave":
+            return [
+                _result(
+                    r.get("title"),
+                    r.get("url"),
+                    r.get("description"),
+                    r.get("page_age") or r.get("age"),
+                )
+                for r in _list(data, "web", "results")
+            ]
+        if self.provider == "tavily":
+            return [
+                _result(r.get("title"), r.get("url"), r.get("content"), r.get("published_date"))
+                for r in _list(data, "results")
+            ]
+        if isinstance(data, dict) and data.get("code") not in (None, 200):
+            raise SearchError(
+                f"bocha refused the search: {_plain(data.get('msg'), 200) or data.get('code')}"
+            )
+        return [
+            _result(
+                r.get("name"),
+                r.get("url"),
+                r.get("summary") or r.get("snippet"),
+                r.get("datePublished") or r.get("dateLastCrawled"),
+            )
+            for r in _list(data, "data", "webPages", "value")
+        ]
+
+    def _status_message(self, response: httpx.Response) -> str:
+        status = response.status_code
+        name = self.provider
+        if status in (401, 403) and name == "searxng":
+            return (
+                f"searxng answered {status}: the instance must allow the JSON format "
+                "(search.formats: [html, json] in its settings.yml)"
+            )
+        if status in (401, 403):
+            return f"{name} refused the API key ({status}); check web.search.apiKey"
+        if status == 429:
+            return f"{name} says too many searches (429): the plan's rate or quota is used up"
+        return f"{name} answered HTTP {status}"
