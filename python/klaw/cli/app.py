@@ -92,6 +92,24 @@ def _memory_index(a: argparse.Namespace) -> int:
     return index_workspace()
 
 
+def _memory_log(a: argparse.Namespace) -> int:
+    from klaw.cli.memory_upkeep_cmds import log
+
+    return log(a.n)
+
+
+def _memory_undo(a: argparse.Namespace) -> int:
+    from klaw.cli.memory_upkeep_cmds import undo
+
+    return undo(a.commit)
+
+
+def _memory_condense(a: argparse.Namespace) -> int:
+    from klaw.cli.memory_upkeep_cmds import condense
+
+    return condense(apply=a.apply)
+
+
 def _engine(a: argparse.Namespace) -> int:
     from klaw.cli.engine_cmds import engine
 
@@ -503,6 +521,23 @@ def build_parser() -> argparse.ArgumentParser:
         "Index the workspace memory (MEMORY.md, memory/*.md); unchanged files are skipped.",
         _memory_index,
     )
+    sp = cmd(msub, "log", "List the changes Klaw made to workspace memory files.", _memory_log)
+    sp.add_argument("-n", type=_positive_int, default=20, help="how many (default 20)")
+    sp = cmd(
+        msub,
+        "undo",
+        "Revert one change Klaw made to memory files (default: the newest) and reindex.",
+        _memory_undo,
+    )
+    sp.add_argument("commit", nargs="?", help="a commit from `klaw memory log`")
+    sp = cmd(
+        msub,
+        "condense",
+        "Propose a shorter MEMORY.md when it outgrows its share of the prompt, and list "
+        "the daily logs due for memory/archive/; --apply applies both.",
+        _memory_condense,
+    )
+    sp.add_argument("--apply", action="store_true", help="apply the proposal, move the logs")
 
     model = sub.add_parser("model", help="The embedding model.", description="The embedding model.")
     model.set_defaults(handler=lambda a: _usage(model))
