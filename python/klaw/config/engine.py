@@ -14,11 +14,6 @@ if TYPE_CHECKING:
 
     IPNetwork = IPv4Network | IPv6Network
 
-if TYPE_CHECKING:
-    from ipaddress import IPv4Network, IPv6Network
-
-    IPNetwork = IPv4Network | IPv6Network
-
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
 from klaw.config.base import MemoryMax, NonNegativeInt, PositiveInt, Section, empty_to_none
@@ -66,13 +61,9 @@ __all__ = [
     "WebConfig",
     "WebFetchConfig",
     "WebSearchConfig",
-    "WebConfig",
-    "WebFetchConfig",
-    "WebSearchConfig",
     "default_engine_yaml",
     "is_loopback",
     "load_engine_config",
-    "parse_allow_host",
     "parse_allow_host",
     "resolve_workspace",
     "workspace_key",
@@ -536,95 +527,6 @@ class WebConfig(Section):
     search: WebSearchConfig = Field(default_factory=WebSearchConfig)
 
 
-def parse_allow_host(entry: str) -> tuple[str | IPNetwork, int | None]:
-    """A `web.fetch.allowHosts` entry: (lowercase name or network, port or None).
-    Names may start with `*.` (any subdomain); ValueError says what is expected."""
-    import ipaddress
-
-    text = entry.strip().lower()
-    port: int | None = None
-    if text.startswith("["):  # [v6] or [v6]:port
-        host, _, rest = text[1:].partition("]")
-        if rest:
-            if not rest.startswith(":") or not rest[1:].isdigit():
-                raise ValueError(f"{entry!r}: write [ADDRESS]:PORT")
-            port = int(rest[1:])
-    elif text.count(":") == 1:
-        host, _, num = text.partition(":")
-        if not num.isdigit():
-            raise ValueError(f"{entry!r}: the port after ':' must be a number")
-        port = int(num)
-    else:
-        host = text
-    if port is not None and not 0 < port < 65536:
-        raise ValueError(f"{entry!r}: port {port} is out of range")
-    try:
-        return ipaddress.ip_network(host, strict=False), port
-    except ValueError:
-        pass
-    name = host.removeprefix("*.")
-    if not name or not all(
-        part and len(part) < 64 and part.replace("-", "").replace("_", "").isalnum()
-        for part in name.split(".")
-    ):
-        raise ValueError(
-            f"{entry!r} is not a host name, address or network "
-            "(e.g. nas.lan, *.lan, 192.168.1.10, 10.0.0.0/8, localhost:8080)"
-        )
-    return host, port
-
-
-class WebFetchConfig(Section):
-    """`web_fetch` (docs/web.md): what it may reach and how much it reads."""
-
-    enabled: bool = True
-    # Private, loopback or link-local hosts it may reach all the same: a name
-    # ("nas.lan", "*.lan"), an address or a network ("192.168.1.10", "10.0.0.0/8"),
-    # each optionally with ":PORT". Cloud metadata addresses only when listed literally.
-    allow_hosts: list[str] = Field(default_factory=list)
-    max_bytes: str = "2m"  # of the body (decompressed); a longer page is cut there
-    timeout_seconds: PositiveInt = 20  # the whole fetch: connect, redirects and body
-    max_redirects: NonNegativeInt = 5
-    max_tokens: Annotated[int, Field(ge=100)] = 3000  # result cap; a call may ask for less
-    cache_minutes: NonNegativeInt = 10  # the same URL within this is not fetched again
-
-    @field_validator("max_bytes")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        parse_size(value)
-        return value
-
-    @field_validator("allow_hosts")
-    @classmethod
-    def _hosts(cls, value: list[str]) -> list[str]:
-        for entry in value:
-            parse_allow_host(entry)  # ValueError says what is expected
-        return value
-
-
-class WebSearchConfig(Section):
-    """`web_search` (docs/web.md): off until a provider is set."""
-
-    provider: Literal["searxng", "brave", "tavily", "bocha"] | None = None
-    # searxng: your instance's URL (required); others: their API's URL (the default).
-    endpoint: Annotated[str | None, BeforeValidator(empty_to_none)] = None
-    api_key: Annotated[str | None, BeforeValidator(empty_to_none)] = None
-    count: Annotated[int, Field(ge=1, le=20)] = 5  # results when the call names none
-    timeout_seconds: PositiveInt = 15
-
-    @field_validator("endpoint")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"must be an http(s) URL, got {value!r}")
-        return value
-
-
-class WebConfig(Section):
-    fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
-    search: WebSearchConfig = Field(default_factory=WebSearchConfig)
-
-
 class CommandSpec(Section):
     name: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,32}$")]  # Telegram's command rules
     description: str
@@ -703,7 +605,6 @@ class EngineConfig(Section):
     summarization: SummarizationConfig = Field(default_factory=SummarizationConfig)
     code_execution: CodeExecutionConfig = Field(default_factory=CodeExecutionConfig)
     files: FilesConfig = Field(default_factory=FilesConfig)
-    web: WebConfig = Field(default_factory=WebConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     commands: list[CommandSpec] = Field(default_factory=_default_commands)
     compatibility: CompatibilityConfig = Field(default_factory=CompatibilityConfig)
