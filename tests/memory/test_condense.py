@@ -169,3 +169,26 @@ def test_a_proposal_without_its_markers_or_pointing_outside_is_refused(tmp_path:
     with pytest.raises(CondenseError, match="must be under memory/archive/"):
         apply_proposal(tmp_path)
     assert (tmp_path / "MEMORY.md").read_text() == "x\n"
+
+
+def test_nightly_upkeep_archives_and_proposes_once_per_text(tmp_path: Path) -> None:
+    from datetime import date
+
+    from klaw.config import load_engine_config
+    from klaw.memory.upkeep import nightly_upkeep
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2025-01-02.md").write_text("# old day\n")
+    (ws / "MEMORY.md").write_text(big_memory_md())
+    cfg_path = tmp_path / "engine.yaml"
+    cfg_path.write_text("memory:\n  prompt:\n    memoryMdTokens: 400\n")
+    cfg = load_engine_config(cfg_path)
+    first = nightly_upkeep(ws, cfg, date(2026, 11, 27))
+    assert first.archived == 1 and first.proposal == ws / PROPOSAL_FILE
+    assert (ws / "memory" / "archive" / "2025-01-02.md").is_file()
+    assert nightly_upkeep(ws, cfg, date(2026, 11, 28)).proposal is None  # one is waiting
+    (ws / "MEMORY.md").write_text(big_memory_md(7))  # the owner edited it meanwhile
+    assert nightly_upkeep(ws, cfg, date(2026, 11, 29)).proposal is not None
+    assert read_proposal(ws) is not None
+    assert (ws / "MEMORY.md").read_text() == big_memory_md(7)  # never applied here

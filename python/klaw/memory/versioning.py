@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from klaw.errors import KlawError
+
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
 
@@ -82,7 +84,7 @@ __pycache__/
 _TIMEOUT: Final = 60.0
 
 
-class GitError(Exception):
+class GitError(KlawError):
     """A git command failed; the message names it and what git said."""
 
 

@@ -176,6 +176,18 @@ class JobRunner:
         )
         log.info("nightly summaries: %d written", written)
 
+    async def _upkeep(self, due: datetime) -> None:
+        """After reflect: old daily logs to memory/archive/, a MEMORY.md condense
+        proposal when it is over its share (klaw.memory.upkeep); a failure is logged."""
+        from klaw.errors import KlawError
+        from klaw.memory.upkeep import nightly_upkeep
+
+        today = due.astimezone(self.config.scheduler.zone()).date()
+        try:
+            await asyncio.to_thread(nightly_upkeep, self.workspace, self.config, today)
+        except (OSError, KlawError) as exc:
+            log.warning("memory upkeep failed: %s", exc)
+
     async def _reflect(self, spec: JobSpec, due: datetime) -> None:
         """The built-in nightly reflect job (klaw.scheduler.reflect): nothing new is
         `quiet` (no model call); its tokens count against its daily cap."""
@@ -193,6 +205,7 @@ class JobRunner:
             used = await asyncio.to_thread(self.ledger.tokens_between, spec.name, start, due)
             left = max(0, spec.daily_token_cap - used)
         got = await self.reflector.run(left)
+        await self._upkeep(due)
         status = "failed" if got.error else "ok" if got.calls else "quiet"
         note = got.error or (None if got.calls else "no new facts")
         if got.capped and not got.error:
