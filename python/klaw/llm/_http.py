@@ -7,6 +7,7 @@ import email.utils
 import json
 import re
 import time
+import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 from typing import Any, Self
@@ -20,6 +21,7 @@ from klaw.llm.errors import (
     ProviderTimeout,
     TruncatedStream,
 )
+from klaw.llm.transport import Http11Transport
 from klaw.redaction import redact
 
 MAX_MESSAGE = 300  # provider explanations are shown in logs and to the owner: keep them short
@@ -36,7 +38,11 @@ def make_client(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
     """One HTTP client per provider: base URL with a trailing slash so relative
-    paths (`chat/completions`, `messages`) append to the endpoint's path."""
+    paths (`chat/completions`, `messages`) append to the endpoint's path. Requests go
+    through `Http11Transport` (a tenth of httpx's own transport's CPU) unless the
+    environment names a proxy, which httpx's transport speaks to."""
+    if transport is None and not urllib.request.getproxies():
+        transport = Http11Transport()
     return httpx.AsyncClient(
         base_url=endpoint.rstrip("/") + "/",
         headers=headers,

@@ -1,0 +1,299 @@
+"""`Http11Transport` (klaw.llm.transport) against scripted HTTP servers on 127.0.0.1:
+each server reads a request and writes the bytes a test gives it, so framing, kept
+connections and broken answers are exactly what the test says."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from klaw.llm._http import make_client
+from klaw.llm.transport import Http11Transport
+
+
+def answer(body: bytes, *head: bytes) -> bytes:
+    lines = [b"HTTP/1.1 200 OK", b"Content-Length: %d" % len(body), *head]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+# A server's script: for the n-th request on the k-th connection, the bytes to answer
+# (None: close the connection without answering).
+Script = Callable[[int, int, bytes], bytes | None]
+
+
+class Scripted:
+    def __init__(self, script: Script, context: ssl.SSLContext | None = None) -> None:
+        self.script = script
+        self.context = context
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Scripted:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.context)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        scheme = "https" if self.context else "http"
+        host = "localhost" if self.context else "127.0.0.1"
+        return f"{scheme}://{host}:{port}/v1"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        k = self.connections
+        self.connections += 1
+        try:
+            n = 0
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                request = head + await reader.readexactly(length)
+                self.requests.append(request)
+                out = self.script(k, n, request)
+                n += 1
+                if out is None:
+                    return
+                writer.write(out)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            return  # the client left, or the test ended with a connection still kept
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Callable[[str], httpx.AsyncClient]]:
+    made: list[httpx.AsyncClient] = []
+
+    def make(url: str) -> httpx.AsyncClient:
+        c = make_client(url, {"Authorization": "Bearer k"}, 5.0)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        await c.aclose()
+
+
+async def test_answers_are_read_and_the_connection_is_kept(
+    client: Callable[[str], httpx.AsyncClient],
+) -> None:
+    async with Scripted(lambda k, n, r: answer(b'{"n": %d}' % n)) as server:
+        http = client(server.url)
+        for i in range(3):
+            r = await http.post("chat/completions", json={"i": i})
+            assert r.status_code == 200 and r.json() == {"n": i}
+        assert server.connections == 1
+    first = server.requests[0]
+    assert first.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"\r\nAuthorization: Bearer k\r\n" in first
+    assert first.endswith(b'{"i":0}')
+
+
+async def test_a_kept_connection_closed_before_answering_is_replaced_once(
+    client: Callable[[str], httpx.AsyncClient],
+) -> None:
+    # The server keeps the first connection after its answer, then drops it when the
+    # second request comes (as a server whose idle timer fired at that moment does).
+    def script(k: int, n: int, _: bytes) -> bytes | None:
+        return None if (k, n) == (0, 1) else answer(b"{}")
+
+    async with Scripted(script) as server:
+        http = client(server.url)
+        assert (await http.post("x", json={})).status_code == 200
+        assert (await http.post("x", json={})).status_code == 200
+        assert server.connections == 2
+
+
+async def test_a_new_connection_closed_before_answering_is_an_error(
+    client: Callable[[str], httpx.AsyncClient],
+) -> None:
+    async with Scripted(lambda k, n, r: None) as server:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client(server.url).post("x", json={})
+        assert server.connections == 1  # not tried again: the request may have been seen
+
+
+async def test_chunked_answers_with_extensions_and_trailers(
+    client: Callable[[str], httpx.AsyncClient],
+) -> None:
+    body = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5;ext=1\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nX-Trailer: t\r\n\r\n"
+    )
+    async with Scripted(lambda k, n, r: body) as server:
+        http = client(server.url)
+        assert (await http.post("x", json={})).content == b"hello world"
+        assert (await http.post("x", json={})).content == b"hello world"
+        assert server.connections == 1
+
+
+async def test_interim_answers_are_skipped_and_close_ends_reuse(
+    client: Callable[[str], httpx.AsyncClient],
+) -> None:
+    def script(k: int, n: int, _: bytes) -> bytes:
+        return b"HTTP/1.1 100 Continue\r\n\r\n" + answer(b"{}", b"Connection: close")
+
+    async with Scripted(script) as server:
+        http = client(server.url)
+        for _ in range(2):
+            assert (await http.post("x", json={})).status_code == 200
+        assert server.connections == 2
+
+
+async def test_a_body_ended_by_the_close_is_read_whole(
+    client: Callable[[str], httpx.AsyncClient],
+) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 200_000)
+        await writer.drain()
+        writer.close()
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        port = srv.sockets[0].getsockname()[1]
+        r = await client(f"http://127.0.0.1:{port}").get("x")
+        assert r.content == b"x" * 200_000
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_huge_chunk_is_read_in_pieces_and_a_short_one_is_an_error(
+    client: Callable[[str], httpx.AsyncClient],
+) -> None:
+    # 256 MiB announced, 2 MiB sent, then the close: never held whole, never taken
+    # for a complete answer.
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10000000\r\n")
+        for _ in range(32):
+            writer.write(b"y" * 65536)
+            await writer.drain()
+        writer.close()
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    pieces: list[int] = []
+    try:
+        port = srv.sockets[0].getsockname()[1]
+        async with client(f"http://127.0.0.1:{port}").stream("GET", "x") as r:
+            with pytest.raises(httpx.RemoteProtocolError):
+                async for piece in r.aiter_raw():
+                    pieces.append(len(piece))
+    finally:
+        srv.close()
+        await srv.wait_closed()
+    assert sum(pieces) == 32 * 65536 and max(pieces) <= 65536
+
+
+async def test_a_header_with_a_line_break_is_refused_before_sending(
+    client: Callable[[str], httpx.AsyncClient],
+) -> None:
+    async with Scripted(lambda k, n, r: answer(b"{}")) as server:
+        http = client(server.url)
+        with pytest.raises(httpx.LocalProtocolError):
+            await http.post("x", json={}, headers={"X-A": "a\r\nX-Injected: 1"})
+        assert server.requests == []
+
+
+async def test_an_unanswered_request_times_out(
+    client: Callable[[str], httpx.AsyncClient],
+) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.read()  # reads, never answers
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        port = srv.sockets[0].getsockname()[1]
+        http = make_client(f"http://127.0.0.1:{port}", {}, 0.3)
+        with pytest.raises(httpx.ReadTimeout):
+            await http.post("x", json={})
+        await http.aclose()
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_proxy_in_the_environment_gets_the_requests(
+    monkeypatch: pytest.MonkeyPatch, client: Callable[[str], httpx.AsyncClient]
+) -> None:
+    """httpx's own transport speaks to proxies: with one named, it stays in place."""
+    async with Scripted(lambda k, n, r: answer(b"{}")) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        r = await client("http://provider.invalid/v1").post("chat/completions", json={})
+        assert r.status_code == 200
+    assert proxy.requests[0].startswith(b"POST http://provider.invalid/v1/chat/completions ")
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    key, cert = tmp / "key.pem", tmp / "cert.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost"),
+            *("-addext", "subjectAltName=DNS:localhost"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return key, cert
+
+
+async def test_https_verifies_the_server_with_httpx_certificates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    try:
+        key, cert = _self_signed(tmp_path)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no openssl to make a certificate")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    async with Scripted(lambda k, n, r: answer(b"{}"), context) as server:
+        # Not trusted: refused.
+        untrusted = make_client(server.url, {}, 5.0)
+        with pytest.raises(httpx.ConnectError):
+            await untrusted.post("x", json={})
+        await untrusted.aclose()
+        # Trusted as httpx trusts a file named by SSL_CERT_FILE: answered.
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        trusted = make_client(server.url, {}, 5.0)
+        try:
+            assert (await trusted.post("x", json={})).status_code == 200
+            assert (await trusted.post("x", json={})).status_code == 200
+        finally:
+            await trusted.aclose()
+        assert server.connections == 1  # the refused handshake never reached it; one kept
+
+
+async def test_a_closed_transport_keeps_nothing() -> None:
+    transport = Http11Transport()
+    async with Scripted(lambda k, n, r: answer(b"{}")) as server:
+        async with httpx.AsyncClient(transport=transport) as http:
+            await http.post(server.url + "/x", json={})
+        # The client closed its transport: a later answer's connection is not kept.
+        async with httpx.AsyncClient(transport=transport) as http:
+            await http.post(server.url + "/x", json={})
+            await http.post(server.url + "/x", json={})
+        assert server.connections == 3
