@@ -223,6 +223,12 @@ def _restore(a: argparse.Namespace) -> int:
     return restore(a.archive, force=a.force, reindex=a.reindex, check=a.check)
 
 
+def _mcp_serve(a: argparse.Namespace) -> int:
+    from klaw.cli.mcp_cmds import mcp_serve
+
+    return mcp_serve()
+
+
 def _skills(a: argparse.Namespace) -> int:
     from klaw.cli import skills_cmds
 
@@ -398,6 +404,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd(ksub, "disable", "Turn a skill off by name.", _skills)
     sp.set_defaults(skills_action="disable")
     sp.add_argument("name")
+
+    mcp = sub.add_parser(
+        "mcp",
+        help="MCP: Klaw's memory for other agents.",
+        description="MCP (the Model Context Protocol). See docs/mcp.md.",
+    )
+    mcp.set_defaults(handler=lambda a: _usage(mcp))
+    msub = mcp.add_subparsers(dest="mcp_command", metavar="COMMAND")
+    cmd(
+        msub,
+        "serve",
+        "An MCP server on stdin/stdout: memory and schedule, read-only, via the running engine.",
+        _mcp_serve,
+    )
 
     svc = sub.add_parser(
         "service",

@@ -541,6 +541,9 @@ def doctor() -> int:
     _check_provider(doc, cfg)
     _report_backend(doc, cfg, model, ort_ok)
     _check_sandbox(doc, cfg, paths)
+    from klaw.cli.mcp_cmds import check_mcp
+
+    check_mcp(doc, cfg, paths)
     if doc.failures:
         print(f"{doc.failures} problem(s), {doc.warnings} warning(s).")
         return 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,8 @@ class Commands:
         self._now = now or (lambda: datetime.now(UTC))
         self._status = status
         self._t0 = time.monotonic()
+        #: Commands answered by other parts (`/approve`: klaw.mcp), name -> reply text.
+        self.handlers: dict[str, Callable[[Command], Awaitable[str]]] = {}
 
     def set_status(self, status: StatusFn) -> None:
         self._status = status
@@ -61,7 +63,9 @@ class Commands:
         """The reply to `cmd`; the chat's (model, segment start) is given by the caller."""
         name = cmd.name.lower()
         records: list[LogLine] = []
-        if name not in {c.name for c in self.config.commands}:
+        if name in self.handlers:
+            text = await self.handlers[name](cmd)
+        elif name not in {c.name for c in self.config.commands}:
             text = f"Unknown command /{cmd.name}. " + self._help()
         elif name == "new":
             text, records = await self._new(cmd, model, duplicate)

@@ -29,12 +29,13 @@ from klaw.fsutil import ensure_writable_dir
 from klaw.lanes import SUBAGENT_CHAT_PREFIX
 from klaw.lock import EngineLock
 from klaw.paths import KlawPaths
-from klaw.wire.protocol import CommandInfo
+from klaw.wire.protocol import Command, CommandInfo
 
 if TYPE_CHECKING:
     from klaw.config import EngineConfig
     from klaw.llm.local import LocalModelServer
     from klaw.llm.router import Router
+    from klaw.mcp.manager import McpManager
     from klaw.memory.api import Memory
     from klaw.sandbox.service import Sandbox
     from klaw.scheduler.control import ScheduleControl
@@ -82,6 +83,7 @@ async def run(
     local: LocalModelServer | None = None
     pipeline = None
     scheduler: Scheduler | None = None
+    mcp: McpManager | None = None
     quit_background = asyncio.Event()
     background: list[asyncio.Task[None]] = []
     try:
@@ -114,6 +116,7 @@ async def run(
                 scheduler, control, outbox = _scheduling(config, paths, memory, server)
             sandbox = await _open_sandbox(config, paths)
             server.sandbox = sandbox
+            mcp = _start_mcp(config, paths, memory, server)
             pipeline = _pipeline(
                 config,
                 paths,
@@ -123,6 +126,7 @@ async def run(
                 control,
                 sandbox,
                 on_user_fact=writeback.user_fact if writeback else None,
+                mcp=mcp,
             )
             server.handler = pipeline
             background = _background(config, memory, quit_background, pipeline)
@@ -172,6 +176,8 @@ async def run(
                 await server.close()
             if pipeline is not None:
                 await pipeline.aclose()
+            if mcp is not None:
+                await mcp.aclose()  # MCP servers' processes stop with the engine
             if server is not None and server.sandbox is not None:
                 await server.sandbox.aclose()  # the keep-alive container goes with the engine
             if router is not None:
@@ -358,6 +364,8 @@ def _command_menu(config: EngineConfig | None, paths: KlawPaths) -> list[Command
     if config is None:
         return []
     menu = [CommandInfo(name=c.name, description=c.description) for c in config.commands]
+    if any(s.enabled for s in config.mcp_servers.values()):
+        menu.append(CommandInfo(name="approve", description="Let an MCP server's tools run here"))
     try:
         from klaw.tools.skills import SkillCatalog
 
@@ -382,6 +390,7 @@ def _pipeline(
     sandbox: Sandbox | None = None,
     *,
     on_user_fact: Callable[[str, object], None] | None = None,
+    mcp: McpManager | None = None,
 ) -> Pipeline:
     """The message pipeline, with `send_message` and `send_file` going through this
     server's gateway, the `schedule_*` tools through `control`, `code_execute`
@@ -410,9 +419,20 @@ def _pipeline(
                 tools.register(tool)
         if sandbox is not None:
             tools.register(CodeExecute(sandbox, chat_id))
+        if mcp is not None:
+            from klaw.tools.groups import Disclosure
+
+            tools.attach(Disclosure(chat_id, mcp.groups()))
         return tools
 
     commands = Commands(config, paths, memory)
+    if mcp is not None:
+        from klaw.mcp.approvals import APPROVE_COMMAND
+
+        async def approve(cmd: Command) -> str:
+            return mcp.approve(cmd.chat_id, cmd.args, cmd.meta.group)
+
+        commands.handlers[APPROVE_COMMAND] = approve
     pipeline = Pipeline(config, paths, memory, router, registry_factory=registry, commands=commands)
     pipeline.drafts = server
     commands.set_status(
@@ -422,6 +442,24 @@ def _pipeline(
         }
     )
     return pipeline
+
+
+def _start_mcp(
+    config: EngineConfig, paths: KlawPaths, memory: Memory, server: EngineServer
+) -> McpManager | None:
+    """The MCP servers of engine.yaml, starting in the background (None: none listed;
+    the SDK is then never imported), and the tools `klaw mcp serve` offers."""
+    from klaw.engine.outside import OutsideTools
+
+    server.tool_runner = OutsideTools(config, paths, memory)
+    if not any(s.enabled for s in config.mcp_servers.values()):
+        return None
+    from klaw.mcp.manager import McpManager
+
+    manager = McpManager(config.mcp_servers, approvals_path=paths.state_dir / "mcp-approvals.json")
+    manager.start()
+    server.mcp_status = manager.status
+    return manager
 
 
 def main(paths: KlawPaths | None = None, *, with_memory: bool = True) -> int:

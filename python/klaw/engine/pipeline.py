@@ -463,6 +463,7 @@ class Pipeline:
         if self._core_problem is not None and not group:
             await self._warn_core(batch, latest)
         registry = self._registry(chat_id, group)
+        registry.begin_turn()  # tool groups unused for a few turns fold back into one line
         if not onboarding:
             registry = registry.only(n for n in registry.names() if n != "onboarding_done")
         if batch.lean:
@@ -501,7 +502,12 @@ class Pipeline:
                 await stream.reset()  # a new round: its text replaces the last one's
             try:
                 response = await self._complete(
-                    LlmRequest(messages=messages, tools=context.tools, stream=stream is not None),
+                    LlmRequest(
+                        # after a round, the tool groups `tools_load` loaded in it too
+                        messages=messages,
+                        tools=registry.schemas() if records and context.tools else context.tools,
+                        stream=stream is not None,
+                    ),
                     model,
                     batch,
                     stream,
@@ -827,6 +833,8 @@ class Pipeline:
                 denied = SUBAGENT_DENIED_TOOLS
             if denied & set(registry.names()):
                 registry = registry.only(n for n in registry.names() if n not in denied)
+            if group:  # private tool groups (MCP servers) never reach a group chat
+                registry = registry.without_private_groups()
             self._registries[chat_id] = registry
         return registry
 

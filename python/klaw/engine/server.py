@@ -56,6 +56,7 @@ from klaw.wire.protocol import (
     Shutdown,
     Status,
     StatusResult,
+    ToolRun,
     encode,
     error_for,
 )
@@ -199,6 +200,10 @@ class EngineServer:
         self.sandbox: Sandbox | None = None
         #: Called each time a gateway registers (the outbox flushes then).
         self.on_gateway: list[Callable[[], None]] = []
+        #: Answers `tool_run` (`klaw mcp serve`); None: refused.
+        self.tool_runner: Callable[[ToolRun], Awaitable[Message]] | None = None
+        #: MCP servers' states for `status`.
+        self.mcp_status: Callable[[], dict[str, str]] | None = None
 
     # --- state -----------------------------------------------------------
 
@@ -296,7 +301,7 @@ class EngineServer:
                 )
             else:
                 self._spawn(msg)
-        elif isinstance(msg, Status | Sessions | MemorySearch | Schedule):
+        elif isinstance(msg, Status | Sessions | MemorySearch | Schedule | ToolRun):
             await conn.send(await self._answer(msg))
         elif isinstance(msg, Delivered):
             fut = self._deliveries.pop(msg.ref, None)
@@ -422,6 +427,12 @@ class EngineServer:
                 return await asyncio.to_thread(self._sessions, req)
             if isinstance(req, Schedule):
                 return await self._schedule(req)
+            if isinstance(req, ToolRun):
+                if self.tool_runner is None:
+                    return Error(
+                        code=ErrorCode.UNAVAILABLE, message="no tools offered here", ref=req.id
+                    )
+                return await self.tool_runner(req)
             return await self._memory_search(req)
         except InvalidInput as exc:
             return Error(code=ErrorCode.BAD_REQUEST, message=str(exc), ref=req.id)
@@ -458,6 +469,7 @@ class EngineServer:
             memory=self.memory is not None,
             counts=counts,
             sandbox=self.sandbox.status() if self.sandbox is not None else None,
+            mcp=self.mcp_status() if self.mcp_status is not None else {},
         )
 
     def _sessions(self, req: Sessions) -> SessionsResult:

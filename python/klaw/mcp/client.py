@@ -7,29 +7,32 @@ process exits or the connection fails it starts it again after the shared back-o
 cannot start is `failed` with the reason (the log, `klaw doctor`, and the model's line
 for it say so); the engine goes on without it.
 
-This module imports the `mcp` SDK: import it only when a server is configured.
+The `mcp` SDK is imported by the supervisor task, in a worker thread (seconds on a Pi:
+not on the event loop, and not before the engine is up).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import shutil
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final, Literal
-
-import mcp.types as types
-from mcp.client.session import ClientSession
-from mcp.shared.exceptions import MCPError
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from klaw import __version__
-from klaw.config.mcp import McpServerConfig
 from klaw.errors import ToolError
-from klaw.mcp.stdio import StdioChild, stdio_streams
 from klaw.retry import Backoff
+
+if TYPE_CHECKING:
+    import mcp.types as types
+    from mcp.client.session import ClientSession
+
+    from klaw.config.mcp import McpServerConfig
+    from klaw.mcp.stdio import StdioChild
 
 __all__ = ["RESTART_BACKOFF", "McpServer", "child_env"]
 
@@ -39,6 +42,8 @@ log = logging.getLogger("klaw.mcp")
 RESTART_BACKOFF: Final = Backoff(1.0, 2.0, 300.0)
 #: Starting (spawn or connect, initialize, list tools) may take this long.
 START_TIMEOUT_S: Final = 30.0
+#: A server up this long counts as started fine (its restarts wait from 1 s again).
+STABLE_S: Final = 60.0
 #: Tools listed per server at most (pages of tools/list are followed up to this).
 MAX_TOOLS: Final = 1000
 #: PATH for a child when the engine has none.
@@ -105,24 +110,28 @@ class McpServer:
     # ------------------------------------------------------------------ supervisor
 
     async def run(self, stop: asyncio.Event) -> None:
+        await asyncio.to_thread(importlib.import_module, "klaw.mcp.stdio")  # the SDK
         failures = 0
         while not stop.is_set():
             self._dead = asyncio.Event()
+            up = time.monotonic()
             try:
                 async with self._connect() as session:
                     await self._serve(session, stop)
-                    failures = 0
             except Exception as exc:  # a server's failure never reaches the engine
                 failures += 1
                 self._failed(exc, failures)
+            else:
+                if stop.is_set():
+                    break
+                # It was up and ended: restart soon, later if it keeps dying young.
+                failures = failures + 1 if time.monotonic() - up < STABLE_S else 1
+                self._set("restarting", self._ended())
+                log.warning("MCP server %s stopped (%s): restarting", self.name, self.error)
             finally:
                 self._session = None
             if stop.is_set():
                 break
-            if self.state == "ready":  # it was up and the connection ended
-                failures = max(failures, 1)
-                self._set("restarting", self._ended())
-                log.warning("MCP server %s stopped (%s): restarting", self.name, self.error)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.backoff.delay(failures))
         self._set("stopped", None)
@@ -166,6 +175,8 @@ class McpServer:
                 w.cancel()
 
     async def _list(self, session: ClientSession) -> list[types.Tool]:
+        import mcp.types as types
+
         listed: list[types.Tool] = []
         cursor: str | None = None
         while len(listed) < MAX_TOOLS:
@@ -191,6 +202,9 @@ class McpServer:
 
     @contextlib.asynccontextmanager
     async def _connect(self) -> AsyncIterator[ClientSession]:
+        import mcp.types as types
+        from mcp.client.session import ClientSession
+
         self._set("starting" if self.starts == 0 else "restarting", self.error)
         info = types.Implementation(name="klaw", version=__version__)
         async with self._streams() as (read, write):
@@ -199,6 +213,8 @@ class McpServer:
 
     @contextlib.asynccontextmanager
     async def _streams(self) -> AsyncIterator[tuple[Any, Any]]:
+        from klaw.mcp.stdio import stdio_streams
+
         config = self.config
         if config.command is not None:
             env = child_env(config, self._environ)
@@ -225,6 +241,9 @@ class McpServer:
 
     async def call(self, tool: str, args: dict[str, Any]) -> types.CallToolResult:
         """Calls `tool`; raises ToolError (not ready, timed out, the server failed)."""
+        import mcp.types as types
+        from mcp.shared.exceptions import MCPError
+
         session = self._session
         if session is None or self.state != "ready":
             why = f": {self.error}" if self.error else ""
@@ -240,9 +259,15 @@ class McpServer:
             ) from None
         except MCPError as exc:
             if _connection_lost(exc) or (self.child and self.child.proc.returncode is not None):
+                if self.child is not None:  # its exit status says why, in a moment
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(self.child.proc.wait()), 1.0)
+                why = self._ended()
                 self._dead.set()
+                if self.state == "ready":
+                    self._set("restarting", why)
                 raise ToolError(
-                    f"MCP server {self.name} stopped during the call ({self._ended()}); "
+                    f"MCP server {self.name} stopped during the call ({why}); "
                     "it is being restarted"
                 ) from None
             if exc.code == types.REQUEST_TIMEOUT or time.monotonic() - t0 >= timeout:
@@ -252,14 +277,18 @@ class McpServer:
             raise ToolError(f"MCP server {self.name} refused the call: {exc}") from None
         except (OSError, ConnectionError) as exc:
             self._dead.set()
+            if self.state == "ready":
+                self._set("restarting", _describe(exc))
             raise ToolError(f"MCP server {self.name} cannot be reached: {_describe(exc)}") from None
         if not isinstance(result, types.CallToolResult):
             raise ToolError(f"MCP server {self.name} answered {tool} with no result")
         return result
 
 
-def _connection_lost(exc: MCPError) -> bool:
-    return exc.code == types.CONNECTION_CLOSED or "closed" in str(exc).lower()
+def _connection_lost(exc: Any) -> bool:
+    from mcp.types import CONNECTION_CLOSED
+
+    return exc.code == CONNECTION_CLOSED or "closed" in str(exc).lower()
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,15 +1,14 @@
 """The engine's MCP servers: started in the background, offered as tool groups.
 
-Nothing here imports the `mcp` SDK at import time: `McpManager.start` imports it in a
-worker thread (a few seconds on a Pi, not on the event loop) and only when at least
-one server is enabled. A server that fails to start is logged and shown by
-`klaw doctor` (`status()`); the engine runs on without it.
+Nothing here imports the `mcp` SDK: each server's task imports it in a worker thread
+(seconds on a Pi, not on the event loop), and only when a server is enabled. A server
+that fails to start is logged and shown by `klaw doctor` (`status()`); the engine runs
+on without it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,12 +46,9 @@ class McpManager:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def start(self) -> None:
-        """Starts every enabled server in the background (returns at once after the
-        SDK is imported)."""
-        if not self.configs:
-            return
-        await asyncio.to_thread(importlib.import_module, "klaw.mcp.client")
+    def start(self) -> None:
+        """Starts every enabled server in the background; returns at once (each
+        server's task imports the SDK in a worker thread first)."""
         from klaw.mcp.client import McpServer
         from klaw.mcp.tools import McpGroup
 

@@ -134,7 +134,7 @@ class McpGroup(ToolGroup):
 
     def summary(self) -> str:
         server = self.server
-        about = server.config.description or server.description
+        about = (server.config.description or server.description).rstrip(". ")
         tools = self.tools()
         if server.state != "ready" and not tools:
             why = f" ({server.error})" if server.error else ""

@@ -34,6 +34,7 @@ CLI → engine (short connections; the response echoes the request ``id``):
     → sessions        ← sessions_result       chats and their sessions
     → memory_search   ← memory_search_result  hits: citation, content, score...
     → schedule        ← schedule_result       action list|add|remove|history|run
+    → tool_run        ← tool_run_result       one of the tools `klaw mcp serve` offers
 
 `decode` never lets a bad line through: it raises a `ProtocolError` whose `code`
 and `ref` the receiver turns into an `error` reply with `error_for`.
@@ -104,6 +105,8 @@ __all__ = [
     "Shutdown",
     "Status",
     "StatusResult",
+    "ToolRun",
+    "ToolRunResult",
     "UnknownType",
     "decode",
     "encode",
@@ -372,11 +375,29 @@ class StatusResult(_Model):
     counts: dict[str, int] = Field(default_factory=dict)
     #: `code_execute`'s backend, limits, container age and runs; None: no sandbox.
     sandbox: dict[str, str | int | float | bool | None] | None = None
+    #: MCP server -> its state (`ready: 2 tool(s)`, `failed: why`); docs/mcp.md.
+    mcp: dict[str, str] = Field(default_factory=dict)
 
 
 class Sessions(_Model):
     type: Literal["sessions"] = "sessions"
     id: str = Field(default_factory=new_id)
+
+
+class ToolRun(_Model):
+    """`klaw mcp serve`: run one of the engine's tools offered to other agents."""
+
+    type: Literal["tool_run"] = "tool_run"
+    id: str = Field(default_factory=new_id)
+    name: str = Field(min_length=1, max_length=64)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolRunResult(_Model):
+    type: Literal["tool_run_result"] = "tool_run_result"
+    id: str
+    content: str
+    is_error: bool = False
 
 
 class SessionInfo(_Model):
@@ -495,11 +516,13 @@ Message: TypeAlias = Annotated[
     | MemorySearch
     | MemorySearchResult
     | Schedule
-    | ScheduleResult,
+    | ScheduleResult
+    | ToolRun
+    | ToolRunResult,
     Field(discriminator="type"),
 ]
 #: CLI requests: answered on the same connection with the same `id`.
-Request: TypeAlias = Status | Sessions | MemorySearch | Schedule
+Request: TypeAlias = Status | Sessions | MemorySearch | Schedule | ToolRun
 
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 _TYPES: Final = frozenset(
@@ -521,6 +544,8 @@ _TYPES: Final = frozenset(
         "memory_search_result",
         "schedule",
         "schedule_result",
+        "tool_run",
+        "tool_run_result",
     }
 )
 

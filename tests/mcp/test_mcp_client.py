@@ -1,0 +1,212 @@
+"""The MCP client against real servers: mcp-server-time and mcp-server-git from PyPI over
+stdio, servers written here with the SDK over stdio and streamable HTTP on 127.0.0.1;
+servers that crash mid-call, hang, answer 10 MB, list 500 tools, cannot start."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from klaw.config.mcp import McpServerConfig
+from klaw.mcp.manager import McpManager
+from klaw.mcp.tools import McpGroup, McpTool, tool_names
+from klaw.tools.base import ToolRegistry
+from klaw.tools.groups import LOADER_NAME, Disclosure
+
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+TEST_SERVER = [str(HERE / "mcp_test_servers.py")]
+T = 60.0
+
+
+@contextlib.asynccontextmanager
+async def running(
+    environ: dict[str, str] | None = None, **servers: McpServerConfig
+) -> AsyncIterator[McpManager]:
+    manager = McpManager(servers, environ=environ)
+    manager.start()
+    try:
+        for server in manager.servers.values():
+            await server.wait_state("ready", "failed", timeout=T)
+        yield manager
+    finally:
+        await manager.aclose()
+
+
+def sdk_server(*args: str, **keys: Any) -> McpServerConfig:
+    return McpServerConfig(command=sys.executable, args=[*TEST_SERVER, *args], **keys)
+
+
+def group(manager: McpManager, name: str) -> McpGroup:
+    return next(g for g in manager.groups() if isinstance(g, McpGroup) and g.server.name == name)
+
+
+def tool(manager: McpManager, server: str, name: str) -> McpTool:
+    return next(t for t in group(manager, server).tools() if t.remote == name)
+
+
+async def test_mcp_server_time_from_pypi_over_stdio() -> None:
+    cfg = McpServerConfig(
+        command=str(BIN / "mcp-server-time"), args=["--local-timezone", "Europe/Berlin"]
+    )
+    async with running(time=cfg) as manager:
+        assert manager.status() == {"time": "ready: 2 tool(s)"}
+        g = group(manager, "time")
+        assert [t.name for t in g.tools()] == [
+            "mcp__time__get_current_time",
+            "mcp__time__convert_time",
+        ]
+        # Its tools say they are read-only: no approval by default, still private.
+        assert g.mode() == "never" and g.private
+        out = json.loads(
+            await tool(manager, "time", "get_current_time").run({"timezone": "Asia/Tokyo"})
+        )
+        assert out["timezone"] == "Asia/Tokyo" and out["datetime"].endswith("+09:00")
+
+
+async def test_mcp_server_git_from_pypi_declares_writes_so_approval_is_first(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a.txt").write_text("hello\n")
+    cfg = McpServerConfig(command=str(BIN / "mcp-server-git"), args=["--repository", str(repo)])
+    async with running(git=cfg) as manager:
+        g = group(manager, "git")
+        assert "mcp__git__git_status" in {t.name for t in g.tools()}
+        assert g.mode() == "first"
+        status = await tool(manager, "git", "git_status").run({"repo_path": str(repo)})
+        assert "a.txt" in status
+
+
+async def test_streamable_http_server_gets_the_configured_headers() -> None:
+    import uvicorn
+    from mcp_test_servers import app
+
+    seen: list[dict[str, Any]] = []
+    config = uvicorn.Config(app(seen), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    web = uvicorn.Server(config)
+    serving = asyncio.create_task(web.serve())
+    try:
+        async with asyncio.timeout(T):
+            while not web.started:
+                await asyncio.sleep(0.02)
+        port = web.servers[0].sockets[0].getsockname()[1]
+        cfg = McpServerConfig(
+            url=f"http://127.0.0.1:{port}/mcp", headers={"Authorization": "Bearer t0ken"}
+        )
+        async with running(notes=cfg) as manager:
+            assert manager.status()["notes"].startswith("ready"), manager.status()
+            assert await tool(manager, "notes", "echo").run({"text": "hi"}) == "echo: hi"
+            # write_note is not read-only: the owner approves this server first.
+            assert group(manager, "notes").mode() == "first"
+        assert seen and all(h.get("authorization") == "Bearer t0ken" for h in seen)
+    finally:
+        web.should_exit = True
+        await serving
+
+
+async def test_the_child_gets_only_path_home_and_its_env() -> None:
+    environ = {"PATH": os.environ["PATH"], "HOME": "/tmp", "OPENAI_API_KEY": "sk-secret"}
+    async with running(environ, t=sdk_server(env={"GREETING": "hi"})) as manager:
+        names = set((await tool(manager, "t", "env").run({})).split())
+    # Python itself may add LC_CTYPE (PEP 538) in the child.
+    assert names - {"LC_CTYPE"} == {"PATH", "HOME", "GREETING"}
+
+
+async def test_crash_mid_call_is_an_error_then_the_server_is_back() -> None:
+    async with running(t=sdk_server()) as manager:
+        server = manager.servers["t"]
+        registry = ToolRegistry([tool(manager, "t", "crash"), tool(manager, "t", "echo")])
+        result = await registry.dispatch("mcp__t__crash", {})
+        assert result.is_error and "stopped during the call" in result.content
+        assert "exited with 3" in result.content
+        async with asyncio.timeout(T):
+            while not (server.state == "ready" and server.starts == 2):
+                await server.changed.wait()
+        ok = await registry.dispatch("mcp__t__echo", {"text": "again"})
+        assert ok.content == "echo: again" and not ok.is_error
+
+
+async def test_a_hanging_call_times_out_and_the_server_still_answers() -> None:
+    async with running(t=sdk_server(timeout_seconds=1)) as manager:
+        registry = ToolRegistry([tool(manager, "t", "hang"), tool(manager, "t", "echo")])
+        result = await registry.dispatch("mcp__t__hang", {})
+        assert result.is_error and "did not answer within 1 s" in result.content
+        assert (await registry.dispatch("mcp__t__echo", {"text": "x"})).content == "echo: x"
+
+
+async def test_a_10_mb_result_is_capped_like_every_tool_result() -> None:
+    async with running(t=sdk_server()) as manager:
+        registry = ToolRegistry([tool(manager, "t", "big")], max_result_chars=16_000)
+        result = await registry.dispatch("mcp__t__big", {})
+    assert not result.is_error and len(result.content) == 16_000
+    assert result.content.endswith(f"[truncated: showing 16000 of {10 * 1024 * 1024} characters]")
+
+
+async def test_500_tools_are_one_line_until_loaded() -> None:
+    async with running(t=sdk_server("--many", "495")) as manager:
+        g = group(manager, "t")
+        assert len(g.tools()) == 500
+        registry = ToolRegistry()
+        registry.attach(Disclosure("telegram_1", [g]))
+        lazy = registry.schemas()
+        assert [s.name for s in lazy] == [LOADER_NAME]
+        line = lazy[0].description.splitlines()[-1]
+        assert line.startswith("- mcp__t: A test server for Klaw. 500 tools: echo, env")
+        assert line.endswith("and 492 more")
+        loaded = await registry.dispatch(LOADER_NAME, {"group": "mcp__t"})
+        assert loaded.content.startswith("Loaded 500 tool(s) of mcp__t")
+        assert len(registry.schemas()) == 500  # the loader goes: nothing left folded
+        out = await registry.dispatch("mcp__t__tool_494", {"x": 7})
+        assert out.content == "tool 494: 7"
+
+
+async def test_allow_and_deny_pick_the_tools() -> None:
+    cfg = sdk_server("--many", "3", tools={"allow": ["tool_*", "echo"], "deny": ["tool_1"]})
+    async with running(t=cfg) as manager:
+        assert [t.remote for t in group(manager, "t").tools()] == ["echo", "tool_0", "tool_2"]
+
+
+async def test_a_server_that_cannot_start_is_a_status_line_not_a_crash() -> None:
+    cfg = McpServerConfig(command="no-such-mcp-server-here")
+    async with running(gone=cfg, t=sdk_server()) as manager:
+        status = manager.status()
+        assert status["gone"].startswith("failed: FileNotFoundError")
+        assert "not found on PATH" in status["gone"]
+        assert status["t"].startswith("ready")
+        summary = group(manager, "gone").summary()
+        assert summary.startswith("Not available now: failed")
+
+
+def test_tool_names_fit_provider_rules_and_never_clash() -> None:
+    names = tool_names("srv", ["get.time", "get/time", "x" * 80, "ok-name"])
+    assert names["get.time"] == "mcp__srv__get_time"
+    assert names["get/time"] == "mcp__srv__get_time_2"
+    assert len(names["x" * 80]) == 64
+    assert names["ok-name"] == "mcp__srv__ok-name"
+
+
+@pytest.mark.parametrize("name", ["a__b", "", "x" * 30, "bad name", "ünï"])
+def test_bad_server_names_are_refused(name: str) -> None:
+    from klaw.config import EngineConfig
+
+    with pytest.raises(ValueError, match="MCP server names"):
+        EngineConfig.model_validate({"mcpServers": {name: {"command": "x"}}})
+
+
+def test_a_server_is_command_or_url() -> None:
+    with pytest.raises(ValueError, match="either `command`"):
+        McpServerConfig(command="x", url="http://127.0.0.1/mcp")
+    with pytest.raises(ValueError, match="either `command`"):
+        McpServerConfig()
