@@ -292,6 +292,7 @@ async def _start_scheduler(
     from klaw.scheduler.boot import run_boot
     from klaw.scheduler.control import system_zone
     from klaw.scheduler.heartbeat import HeartbeatWatcher
+    from klaw.scheduler.reflect import Reflector, redo_interrupted, sync_reflect_job
     from klaw.scheduler.runner import JobRunner
     from klaw.scheduler.summaries import Summarizer, sync_summary_job
 
@@ -302,6 +303,9 @@ async def _start_scheduler(
         scheduler.on_stop.append(summarizer.aclose)
         if on_summary is not None:
             summarizer.on_written.append(on_summary)
+    reflector = None
+    if config.memory.reflect.enabled:
+        reflector = Reflector(config, paths, pipeline.memory, pipeline)
     scheduler.run_job = JobRunner(
         config,
         paths.conversations,
@@ -310,10 +314,14 @@ async def _start_scheduler(
         outbox,
         workspace=paths.workspace,
         summarizer=summarizer,
+        reflector=reflector,
     )
     await scheduler.start()
     zone = config.scheduler.timezone or system_zone()
     await sync_summary_job(scheduler, config, zone)
+    await sync_reflect_job(scheduler, config, zone)
+    if reflector is not None:  # a reflect run killed midway runs once more
+        await redo_interrupted(scheduler, reflector)
     heartbeat = HeartbeatWatcher(scheduler, paths.workspace, config, zone)
     await run_boot(scheduler, paths.workspace, config, zone)
     return [

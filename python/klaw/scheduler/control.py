@@ -17,6 +17,7 @@ from klaw.errors import InvalidInput
 from klaw.scheduler.boot import BOOT_JOB
 from klaw.scheduler.jobs import HEARTBEAT, JobError, JobSpec, check_name
 from klaw.scheduler.ledger import Run
+from klaw.scheduler.reflect import REFLECT_JOB
 from klaw.scheduler.summaries import SUMMARY_JOB
 from klaw.wire.protocol import JobRun, Schedule, ScheduledJob, ScheduleResult
 
@@ -36,6 +37,7 @@ log = logging.getLogger("klaw.scheduler")
 BUILT_IN: Final = {
     HEARTBEAT: "HEARTBEAT.md's checklist",
     SUMMARY_JOB: "engine.yaml's `summarization`",
+    REFLECT_JOB: "engine.yaml's `memory.reflect`",
     BOOT_JOB: "BOOT.md",
 }
 
@@ -95,6 +97,11 @@ class ScheduleControl:
             raise JobError(
                 f"the name {SUMMARY_JOB!r} is kept for background summaries "
                 "(engine.yaml `summarization`); pick another name"
+            )
+        if name == REFLECT_JOB:
+            raise JobError(
+                f"the name {REFLECT_JOB!r} is kept for the bank's reflect job "
+                "(engine.yaml `memory.reflect`); pick another name"
             )
         spec = JobSpec(
             name=name,
@@ -165,6 +172,11 @@ class ScheduleControl:
             raise JobError(
                 f"{SUMMARY_JOB!r} follows engine.yaml: set summarization.enabled "
                 "(or summarization.cron) there instead"
+            )
+        if name == REFLECT_JOB:
+            raise JobError(
+                f"{REFLECT_JOB!r} follows engine.yaml: set memory.reflect.enabled "
+                "(or memory.reflect.cron) there instead"
             )
         return await self.scheduler.pause(name, paused)
 

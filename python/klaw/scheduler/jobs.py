@@ -117,7 +117,7 @@ class JobSpec:
     inject_into: str | None = None
     precheck: str | None = None
     daily_token_cap: int | None = None
-    kind: str = "cron"  # "cron", "heartbeat", "once" (subagent_spawn) or "summaries"
+    kind: str = "cron"  # "cron", "heartbeat", "once" (subagent_spawn), "summaries", "reflect"
     created: str = field(default="")
     enabled: bool = True  # False: stored paused (`klaw schedule pause`, imported off)
     origin: str | None = None  # where an imported job came from, e.g. "openclaw:<id>"
@@ -156,7 +156,7 @@ class JobSpec:
             or self.daily_token_cap < 1
         ):
             raise JobError(f"job {self.name!r}: dailyTokenCap must be a positive whole number")
-        if self.kind not in ("cron", "heartbeat", "once", "summaries"):
+        if self.kind not in ("cron", "heartbeat", "once", "summaries", "reflect"):
             raise JobError(f"job {self.name!r}: unknown kind {self.kind!r}")
         if self.kind != "once":
             self.parsed()  # raises CronError naming the field
