@@ -521,6 +521,21 @@ def _check_sandbox(doc: _Doctor, cfg: EngineConfig, paths: KlawPaths) -> None:
     doc.ok(f"sandbox: {choice.reason}, on {root}")
 
 
+def _check_web(doc: _Doctor, cfg: EngineConfig) -> None:
+    """Which web tools the model gets; how to turn web_search on when it is off."""
+    from klaw.web.search import why_off
+
+    fetch = "web_fetch on" if cfg.web.fetch.enabled else "web_fetch off (web.fetch.enabled)"
+    search = cfg.web.search
+    why = why_off(search)
+    if why is None:
+        doc.ok(f"web: {fetch}; web_search through {search.provider}")
+    elif search.provider is None:
+        doc.ok(f"web: {fetch}; web_search off: to turn it on, {why.removeprefix('no provider: ')}")
+    else:
+        doc.warn("web: web_search is not offered", f"{why} (docs/web.md)")
+
+
 def doctor() -> int:
     """Check the installation; print ok/warn/FAIL lines; 0 when nothing FAILs."""
     from klaw.config import resolve_workspace
@@ -541,6 +556,7 @@ def doctor() -> int:
     _check_provider(doc, cfg)
     _report_backend(doc, cfg, model, ort_ok)
     _check_sandbox(doc, cfg, paths)
+    _check_web(doc, cfg)
     from klaw.cli.mcp_cmds import check_mcp
 
     check_mcp(doc, cfg, paths)

@@ -119,7 +119,12 @@ class Searcher:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:  # a client serves one loop
             self._loop = loop
-            self._client = httpx.AsyncClient(timeout=self.cfg.timeout_seconds)
+            # No idle connections kept: a search is a few a turn at most, and a kept one
+            # would outlive the event loop it belongs to.
+            self._client = httpx.AsyncClient(
+                timeout=self.cfg.timeout_seconds,
+                limits=httpx.Limits(max_keepalive_connections=0),
+            )
         return self._client
 
     async def aclose(self) -> None:
