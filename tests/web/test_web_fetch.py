@@ -310,3 +310,19 @@ def test_cap_tokens_and_the_cache_bounds() -> None:
 async def test_no_web_fetch_when_it_is_off() -> None:
     cfg = WebConfig(fetch=WebFetchConfig(enabled=False))
     assert web_tools(cfg) == []
+
+
+def test_the_extraction_libraries_load_only_at_the_first_page() -> None:
+    """Engine idle RSS: building the web tools imports neither trafilatura (~30 MB)
+    nor lxml nor pypdf."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from klaw.config import EngineConfig\n"
+        "from klaw.tools.web import web_tools\n"
+        "web_tools(EngineConfig().web)\n"
+        "print(sorted(m for m in ('trafilatura', 'lxml', 'pypdf') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
