@@ -107,6 +107,11 @@ class KlawPaths:
     def scheduler_db(self) -> Path:
         return self.data_dir / "scheduler.db"
 
+    @property
+    def spend(self) -> Path:
+        """One line per model call and its cost (klaw/spend/log.py), a file per UTC day."""
+        return self.data_dir / "spend"
+
     # state
     @property
     def socket(self) -> Path:

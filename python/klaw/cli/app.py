@@ -41,9 +41,22 @@ def _logs(a: argparse.Namespace) -> int:
 
 
 def _usage_cmd(a: argparse.Namespace) -> int:
+    if a.cost or a.by:
+        if a.chat:
+            print("error: --chat does not go with --cost (use --by source)", file=sys.stderr)
+            return 2
+        from klaw.cli.cost_cmds import cost
+
+        return cost(days=a.days, by=a.by or "source", json_out=a.json)
     from klaw.cli.usage_cmds import usage
 
     return usage(days=a.days, chat=a.chat, json_out=a.json)
+
+
+def _budget(a: argparse.Namespace) -> int:
+    from klaw.cli.cost_cmds import budget
+
+    return budget(json_out=a.json)
 
 
 def _positive_int(text: str) -> int:
@@ -341,6 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--days", type=_positive_int, default=7, help="last N UTC days, today included (default 7)"
     )
     sp.add_argument("--chat", help="only this chat id, e.g. telegram_123")
+    sp.add_argument("--json", action="store_true", help="JSON output")
+    sp.add_argument("--cost", action="store_true", help="what the calls cost (docs/costs.md)")
+    sp.add_argument(
+        "--by", choices=["source", "model", "day"], help="group the cost (implies --cost)"
+    )
+    sp = cmd(sub, "budget", "Spend caps, what was spent and what is left.", _budget)
     sp.add_argument("--json", action="store_true", help="JSON output")
 
     sched = sub.add_parser(

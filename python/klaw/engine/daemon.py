@@ -105,7 +105,11 @@ async def run(
 
                 config, local = await start_local_if_needed(config, paths)
 
-            router = Router(config)
+            from klaw.spend import Spend
+
+            # Prices, budget and the spend log; the period's spend is read back first.
+            spend = await asyncio.to_thread(Spend, config, paths.spend)
+            router = Router(config, spend=spend)
             for problem in router.check():
                 log.warning("routing: %s", problem)
             from klaw.openclaw.writeback import WriteBack

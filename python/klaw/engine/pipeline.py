@@ -14,8 +14,10 @@
 3. One turn: context from the workspace files, core memory and the chat's window
    since the session's segment start (`assemble_context`), then `Router.complete`
    and up to ``processing.maxToolCallRounds`` rounds of tool calls (malformed calls
-   and tool failures go back to the model as error results). At the cap the user
-   gets `TOOL_LIMIT_MESSAGE`. Assistant and tool messages are stored; the reply goes
+   and tool failures go back to the model as error results). At the cap, or when a
+   loop breaker trips (`klaw.engine.loops`: tokens, time, repeated calls), the user
+   gets a plain message saying why. A spent budget (`klaw.spend`) ends the turn with
+   its one-line notice. Assistant and tool messages are stored; the reply goes
    out as an `outbound` answering the batch's last message. When every provider
    fails the user gets `AllProvidersFailed.user_message`; the inbound stays stored.
 
@@ -55,6 +57,7 @@ from klaw.engine.context import (
 )
 from klaw.engine.drafts import DraftSink, DraftStream
 from klaw.engine.images import load_images
+from klaw.engine.loops import TOOL_LIMIT_MESSAGE, LoopGuard
 from klaw.errors import KlawError
 from klaw.lanes import INTERACTIVE, SUBAGENT, SUBAGENT_CHAT_PREFIX, PrioritySlots
 from klaw.llm.errors import AllProvidersFailed
@@ -62,6 +65,7 @@ from klaw.llm.types import LlmRequest, LlmResponse, Message, Usage
 from klaw.memory.rows import with_content
 from klaw.memory.summaries import segment_summary
 from klaw.retry import Backoff
+from klaw.spend import BudgetSpent, source_for_chat
 from klaw.tools.onboarding import onboarding_pending
 from klaw.wire.loglines import command_text, inbound_line, line_row, outbound_line
 from klaw.wire.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
@@ -91,10 +95,6 @@ CORE_MEMORY_NOTICE: Final = (
 #: How long after a reply its answered watermark is fsynced (it was renamed into place
 #: before the reply went out; see klaw.engine.answered).
 MARK_SYNC_DELAY_S: Final = 0.1
-TOOL_LIMIT_MESSAGE: Final = (
-    "I stopped after {rounds} rounds of tool calls without reaching an answer (the limit "
-    "was reached). Please rephrase or narrow the request."
-)
 
 RegistryFactory = Callable[[str], "ToolRegistry"]
 #: Tools a group chat does not get (the owner's memory and workspace, and running
@@ -148,6 +148,7 @@ class _Batch:
     attempt: int = 0  # turns of these messages that found no model
     model: str | None = None  # a subagent's model (else the chat session's)
     lean: bool = False  # the heartbeat's lean context (see `LEAN_TOOLS`)
+    source: str | None = None  # who pays (klaw.spend); None: from the chat id
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,7 @@ class Pipeline:
         priority: int = INTERACTIVE,
         model: str | None = None,
         lean: bool = False,
+        source: str | None = None,
     ) -> None:
         """Store `msg`, queue it for its chat's next turn and wait for that turn.
 
@@ -308,7 +310,9 @@ class Pipeline:
                             msg.id,
                             msg.chat_id,
                         )
-                    done = self._enqueue(msg, reply, priority, model=model, lean=lean)
+                    done = self._enqueue(
+                        msg, reply, priority, model=model, lean=lean, source=source
+                    )
                 finally:
                     self._arriving.discard(msg.id)
         if isinstance(msg, Command):
@@ -370,6 +374,7 @@ class Pipeline:
         attempt: int = 0,
         model: str | None = None,
         lean: bool = False,
+        source: str | None = None,
     ) -> asyncio.Future[None]:
         chat = self._chats.setdefault(msg.chat_id, _Chat())
         if chat.batch is None:
@@ -377,6 +382,7 @@ class Pipeline:
         batch = chat.batch
         batch.model = model or batch.model
         batch.lean = batch.lean or lean
+        batch.source = source or batch.source
         batch.attempt = max(batch.attempt, attempt)
         self._active.add(msg.id)
         batch.messages.append(msg)
@@ -490,12 +496,12 @@ class Pipeline:
         messages = list(context.messages)
         if any(m.images for m in messages):  # photos for a vision model: read off the loop
             messages = await asyncio.to_thread(load_images, messages, self.paths.workspace)
-        max_rounds = self.config.processing.max_tool_call_rounds
-        rounds = 0
+        guard = LoopGuard(self.config.processing)
         usage = Usage()
         records: list[LogLine] = []
         answered_by = model
         meta: dict[str, Any] = {}
+        line_type: str | None = None
         stream = self._draft_stream(batch)
         while True:
             if stream is not None:
@@ -518,18 +524,23 @@ class Pipeline:
                     stream.close()
                 await self._unanswered(batch, exc.user_message, records)
                 return
+            except BudgetSpent as exc:  # the reply is the notice (a job's run is `capped`)
+                text, line_type = exc.notice, "notice"
+                meta.update(error="budget_spent", budget=exc.scope, first_notice=exc.first)
+                break
             usage.tokens_in += response.usage.tokens_in
             usage.tokens_out += response.usage.tokens_out
             answered_by = response.model or answered_by
             if not response.tool_calls:
                 text = response.content or ""
+                if response.budget_note:  # the offline model answered: say why
+                    text = f"{response.budget_note}\n\n{text}"
                 break
-            if rounds >= max_rounds:
-                log.warning("%s: tool-call limit of %d rounds reached", chat_id, max_rounds)
-                text = TOOL_LIMIT_MESSAGE.format(rounds=max_rounds)
-                meta["error"] = "tool_call_limit"
+            stop = guard.check(response)
+            if stop is not None:
+                log.warning("%s: %s: turn ended", chat_id, stop.detail)
+                text, meta["error"] = stop.message, stop.error
                 break
-            rounds += 1
             assistant = response.to_message()
             new = [self._line(assistant, latest, model=response.model)]
             messages.append(assistant)
@@ -560,6 +571,7 @@ class Pipeline:
             reply_to=last.id,
             answers=[m.id for m in batch.messages],
             records=records,
+            line_type=line_type,
             meta=meta,
         )
         await asyncio.to_thread(self._finish, out, latest)
@@ -581,8 +593,10 @@ class Pipeline:
                 model=model,
                 on_delta=stream.delta if stream else None,
                 on_reset=stream.reset if stream else None,
+                source=batch.source or source_for_chat(batch.messages[-1].chat_id),
             )
-        return await self._background_call(request, model)
+        source = batch.source or source_for_chat(batch.messages[-1].chat_id)
+        return await self._background_call(request, model, source)
 
     def _draft_stream(self, batch: _Batch) -> DraftStream | None:
         """Drafts for an interactive turn whose channel shows replies while written."""
@@ -602,14 +616,15 @@ class Pipeline:
             Message(role="system", content=request.instructions),
             Message(role="user", content=request.text),
         ]
-        return (await self._background_call(LlmRequest(messages=messages), model)).content or ""
+        call = await self._background_call(LlmRequest(messages=messages), model, "summary")
+        return call.content or ""
 
-    async def _background_call(self, request: LlmRequest, model: str) -> LlmResponse:
+    async def _background_call(self, request: LlmRequest, model: str, source: str) -> LlmResponse:
         """One model call at subagent priority, holding a slot for that call only
         (subagent turns, summaries)."""
         await self._slots.acquire(SUBAGENT)
         try:
-            return await self.router.complete(request, model=model)
+            return await self.router.complete(request, model=model, source=source)
         finally:
             self._slots.release()
 

@@ -148,7 +148,7 @@ class AnthropicClient(HttpClient):
             content="".join(text) or None,
             tool_calls=calls,
             finish_reason=_STOP.get(str(stop), "other") if stop else "stop",
-            usage=Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)),
+            usage=_usage(usage),
             model=str(data.get("model") or model),
             reasoning_content="".join(thinking) or None,
         )
@@ -230,9 +230,23 @@ class _StreamedMessage:
 
     def _usage(self, raw: Any) -> None:
         if isinstance(raw, dict):
-            for key in ("input_tokens", "output_tokens"):
+            for key in ("input_tokens", "output_tokens", *_CACHE_KEYS):
                 if isinstance(raw.get(key), int):
                     self.message["usage"][key] = raw[key]
+
+
+#: Input tokens Anthropic counts apart from `input_tokens`: read from the cache, and
+#: written to it (billed above the input price; counted as input here).
+_CACHE_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def _usage(usage: dict[str, Any]) -> Usage:
+    def num(key: str) -> int:
+        value = usage.get(key)
+        return value if isinstance(value, int) and value > 0 else 0
+
+    read, written = (num(k) for k in _CACHE_KEYS)
+    return Usage(num("input_tokens") + read + written, num("output_tokens"), read)
 
 
 def _index(event: dict[str, Any], default: int) -> int:

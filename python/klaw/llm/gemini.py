@@ -369,6 +369,7 @@ def _usage(raw: dict[str, Any]) -> Usage:
     return Usage(
         num("promptTokenCount") + num("toolUsePromptTokenCount"),
         num("candidatesTokenCount") + num("thoughtsTokenCount"),
+        num("cachedContentTokenCount"),  # part of promptTokenCount
     )
 
 

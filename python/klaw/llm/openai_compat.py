@@ -419,4 +419,13 @@ def _usage(raw: Any) -> Usage:
                 return value
         return 0
 
-    return Usage(num("prompt_tokens", "input_tokens"), num("completion_tokens", "output_tokens"))
+    # Cache hits: OpenAI, Qwen and Kimi in prompt_tokens_details, DeepSeek beside them.
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not isinstance(cached, int):
+        cached = num("prompt_cache_hit_tokens", "cached_tokens")
+    return Usage(
+        num("prompt_tokens", "input_tokens"),
+        num("completion_tokens", "output_tokens"),
+        max(cached, 0),
+    )

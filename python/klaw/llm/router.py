@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klaw.config import EngineConfig, ModelConfig, ProviderConfig
 from klaw.llm.anthropic import AnthropicClient
@@ -26,6 +27,10 @@ from klaw.llm.types import (
     images_for_model,
 )
 from klaw.retry import Backoff, retry
+from klaw.spend.budget import BudgetSpent, Ticket
+
+if TYPE_CHECKING:
+    from klaw.spend import Spend
 
 __all__ = ["ModelRef", "Router", "Sleep"]
 
@@ -62,8 +67,11 @@ class Router:
         *,
         sleep: Sleep = asyncio.sleep,
         max_retry_after_s: float = MAX_RETRY_AFTER_S,
+        spend: Spend | None = None,
     ) -> None:
         self._config = config
+        #: Prices, budget and spend log (docs/costs.md); None: calls are not metered.
+        self.spend = spend
         self._sleep = sleep
         self._max_retry_after_s = max_retry_after_s
         self._clients: dict[str, LlmClient] = {}
@@ -78,6 +86,8 @@ class Router:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
+        if self.spend is not None:
+            self.spend.close()
 
     # ------------------------------------------------------------------ resolution
 
@@ -129,6 +139,31 @@ class Router:
                 self._client(target.provider)
             except LlmConfigError as exc:
                 problems.append(str(exc))
+        return problems + self._budget_problems(refs)
+
+    def _budget_problems(self, refs: list[str]) -> list[str]:
+        """Models a budget cannot count (no price, or one in a currency without a rate)."""
+        budget = self._config.budget
+        if self.spend is None or not budget.active:
+            return []
+        problems = []
+        if budget.offline_model is not None and self.spend.offline_for("chat:") is None:
+            problems.append(
+                f"budget.offlineModel {budget.offline_model!r} must be a configured model "
+                "served on this machine (price 0)"
+            )
+        for ref in dict.fromkeys(refs):
+            price = self.spend.prices.get(ref)
+            if price is None:
+                problems.append(
+                    f"model {ref!r} has no price: its calls are not counted against the "
+                    f"budget (set models.{ref}.price; docs/costs.md)"
+                )
+            elif not price.free and self.spend.rates.convert(1.0, price.currency) is None:
+                problems.append(
+                    f"model {ref!r} is priced in {price.currency}: add budget.rates."
+                    f"{price.currency} to count it against the {budget.currency} budget"
+                )
         return problems
 
     def _client(self, name: str) -> LlmClient:
@@ -154,8 +189,14 @@ class Router:
         *,
         on_delta: DeltaCallback | None = None,
         on_reset: Callable[[], Awaitable[None]] | None = None,
+        source: str = "other",
     ) -> LlmResponse:
         """Answer `request` with the first model of the chain that works.
+
+        `source` names who pays (`klaw.spend.source_for_chat`, "summary"): with a
+        `spend` meter the call is checked against the budget first (`BudgetSpent`, or
+        `budget.offlineModel` for a chat, its response carrying the notice) and its
+        cost is recorded after.
 
         Raises LlmConfigError for a bad model reference and AllProvidersFailed when the
         whole chain failed. Once streamed text has reached `on_delta`, a failure is final
@@ -164,7 +205,6 @@ class Router:
         before its first delta, so the caller replaces the half answer instead of
         showing a second one after it.
         """
-        failures: dict[str, ProviderError] = {}
         delivered = False
         dirty = False  # text of a failed attempt is on show: reset before the next
 
@@ -191,7 +231,49 @@ class Router:
             restart()
             return False
 
-        for target in self.chain(model, task):
+        chain = self.chain(model, task)
+        ticket, note = self._admit(source, chain, request)
+        if note is not None:
+            chain = [self.resolve(str(self._config.budget.offline_model))]
+        try:
+            again = restart if on_reset is not None else None
+            return await self._along(chain, request, ticket, note, relay, again, failed_after_text)
+        finally:
+            if ticket is not None and self.spend is not None:
+                self.spend.release(ticket)  # no answer: the reservation goes
+
+    def _admit(
+        self, source: str, chain: list[ModelRef], request: LlmRequest
+    ) -> tuple[Ticket | None, str | None]:
+        """(reservation, notice): the notice when an over-budget chat goes offline."""
+        if self.spend is None:
+            return None, None
+        first = chain[0]
+        chars = sum(len(m.content or "") for m in request.messages)
+        out = min(request.max_tokens or first.config.max_tokens or 1024, 1024)
+        try:
+            # A rough estimate (3 characters a token, 150 a tool schema) is enough:
+            # it only keeps calls running at once from all passing the same check.
+            estimate = chars // 3 + 150 * len(request.tools)
+            return self.spend.admit(source, first.ref, estimate, out), None
+        except BudgetSpent as exc:
+            if self.spend.offline_for(source) is None:
+                raise
+            return Ticket(source, 0.0), exc.notice
+
+    async def _along(
+        self,
+        chain: list[ModelRef],
+        request: LlmRequest,
+        ticket: Ticket | None,
+        note: str | None,
+        relay: DeltaCallback,
+        restart: Callable[[], None] | None,
+        failed_after_text: Callable[[], bool],
+    ) -> LlmResponse:
+        """Tries each model of `chain` in turn; the answer's cost settles `ticket`."""
+        failures: dict[str, ProviderError] = {}
+        for target in chain:
             client = self._client(target.provider)
             attempt_request = dataclasses.replace(
                 request,
@@ -211,10 +293,15 @@ class Router:
                     attempt_request,
                     target.ref,
                     relay,
-                    restart=restart if on_reset is not None else None,
+                    restart=restart,
                 )
+                if ticket is not None and self.spend is not None:
+                    usage = response.usage
+                    self.spend.settle(
+                        ticket, target.ref, usage.tokens_in, usage.tokens_out, usage.cached_in
+                    )
                 # Callers log and bill by the reference they configured ("glm/glm-5").
-                return dataclasses.replace(response, model=target.ref)
+                return dataclasses.replace(response, model=target.ref, budget_note=note)
             except ProviderError as exc:
                 failures[target.ref] = exc
                 if failed_after_text():

@@ -117,6 +117,9 @@ class ToolSchema:
 class Usage:
     tokens_in: int = 0
     tokens_out: int = 0
+    # Of tokens_in, those the provider read from its prompt cache (billed at its
+    # cached-input price; docs/costs.md).
+    cached_in: int = 0
 
 
 @dataclass
@@ -139,6 +142,9 @@ class LlmResponse:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     reasoning_content: str | None = None
+    # Set when the budget was spent and `budget.offlineModel` answered: the one-line
+    # notice the user is shown with the answer.
+    budget_note: str | None = None
 
     def to_message(self) -> Message:
         """The assistant message to append to the history before the tool results."""

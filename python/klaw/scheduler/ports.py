@@ -39,10 +39,11 @@ class BackgroundTurns(Protocol):
         priority: int = ...,
         model: str | None = ...,
         lean: bool = ...,
+        source: str | None = ...,
     ) -> None:
         """Stores `msg`, runs the turn holding it and returns once it is answered
         (through `reply`). `priority` is its lane, `model` None the chat's, `lean`
-        the heartbeat's small context."""
+        the heartbeat's small context, `source` who pays (`klaw.spend.source_for_chat`)."""
 
     async def complete_background(self, request: BackgroundRequest, model: str) -> str:
         """The model's answer (its text), waiting behind interactive turns for a slot.
