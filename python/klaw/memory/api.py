@@ -181,7 +181,9 @@ class Memory:
         assert store is not None
         from klaw.memory.versioning import versioner
 
-        versioner(paths.workspace, config)  # memory.git for every writer of this workspace
+        # memory.git for every writer of this workspace; `true` initialises the repository
+        # here, at start, rather than at the first write
+        versioner(paths.workspace, config).prepare()
         return cls(store, backend, cache, paths, config)
 
     def on_close(self, fn: Callable[[], None]) -> None:

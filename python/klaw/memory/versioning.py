@@ -152,6 +152,11 @@ class MemoryGit:
             return True
         return False
 
+    def prepare(self) -> bool:
+        """`active`, at a moment that may wait for git (engine start): `memory.git: true`
+        initialises the repository here rather than in the first writer."""
+        return self.active
+
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
