@@ -326,3 +326,53 @@ def test_the_extraction_libraries_load_only_at_the_first_page() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_https_checks_the_certificate_against_the_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request goes to the pinned address, but TLS names the host: SNI carries it
+    and the certificate must be for it."""
+    import ssl
+    import subprocess
+
+    from klaw.web.fetch import Fetcher, FetchError
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=garden.test",
+         "-addext", "subjectAltName=DNS:garden.test"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    names: list[str | None] = []
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+
+    def sni(_sock: Any, name: str | None, _ctx: Any) -> None:
+        names.append(name)
+
+    server_ctx.sni_callback = sni
+    site = Site()
+    site.ssl = server_ctx
+    await site.start()
+    real = socket.getaddrinfo
+
+    def resolve(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(host).endswith(".test"):
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    cfg = WebFetchConfig(allow_hosts=["*.test"], timeout_seconds=20)
+    fetcher = Fetcher(cfg, verify=ssl.create_default_context(cafile=str(cert)))
+    try:
+        page = await asyncio.wait_for(fetcher.fetch(f"https://garden.test:{site.port}/article"), T)
+        assert page.status == 200 and b"three hundred litres" in page.body
+        assert names == ["garden.test"] and site.hosts == [f"garden.test:{site.port}"]
+        with pytest.raises(FetchError, match="CERTIFICATE_VERIFY_FAILED"):
+            await asyncio.wait_for(fetcher.fetch(f"https://wrong.test:{site.port}/article"), T)
+        assert names[-1] == "wrong.test" and len(site.hits) == 1
+    finally:
+        await fetcher.aclose()
+        await site.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -75,6 +76,7 @@ class _Server:
         self.hits: list[str] = []  # request paths, in order
         self.hosts: list[str] = []  # their Host headers
         self._runner: web.AppRunner | None = None
+        self.ssl: ssl.SSLContext | None = None  # set before start() to serve https
 
     @property
     def url(self) -> str:
@@ -94,7 +96,7 @@ class _Server:
         self.routes(app)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, 0)
+        site = web.TCPSite(self._runner, self.host, 0, ssl_context=self.ssl)
         await site.start()
         self.port = self._runner.addresses[0][1]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -126,8 +127,14 @@ class _Inflater:
 class Fetcher:
     """GETs URLs under `web.fetch`'s rules; one per engine (it holds an HTTP client)."""
 
-    def __init__(self, cfg: WebFetchConfig, resolve: Resolver = system_resolve) -> None:
+    def __init__(
+        self,
+        cfg: WebFetchConfig,
+        resolve: Resolver = system_resolve,
+        verify: ssl.SSLContext | bool = True,  # the CA store; a test's own CA
+    ) -> None:
         self.cfg = cfg
+        self._verify = verify
         self.max_bytes = parse_size(cfg.max_bytes)
         self.policy = AddressPolicy(cfg.allow_hosts)
         self._resolve = resolve
@@ -144,6 +151,7 @@ class Fetcher:
                 cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),  # keeps none
                 limits=httpx.Limits(max_keepalive_connections=0),
                 timeout=httpx.Timeout(self.cfg.timeout_seconds, connect=10.0),
+                verify=self._verify,
             )
         return self._client
 
