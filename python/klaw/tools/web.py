@@ -12,7 +12,7 @@ second download.
 date and snippet of each hit. It is offered only when a provider is configured.
 
 The tools are rebuilt for every turn; what must outlive a turn (the HTTP clients,
-the page cache) is shared through `_services`, one per distinct `web` config.
+the page cache) is shared through `_services`, one per `web` config object.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from klaw._core import estimate_tokens
 from klaw.tools.base import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError
 from klaw.web.addresses import Refused
-from klaw.web.fetch import Fetcher, FetchError, Resolver, system_resolve
+from klaw.web.fetch import Fetcher, FetchError
 from klaw.web.search import Searcher, SearchError, why_off
 
 if TYPE_CHECKING:
@@ -131,23 +131,25 @@ class _Services:
     searcher: Searcher | None
 
 
-_SHARED: dict[str, _Services] = {}
+#: Per config object (the engine keeps one for its life; tests make many): id -> the
+#: config, kept so the id cannot be reused, and its services.
+_SHARED: dict[int, tuple[WebConfig, _Services]] = {}
 
 
-def _services(cfg: WebConfig, resolve: Resolver | None) -> _Services:
-    key = cfg.model_dump_json() + (f"/{id(resolve)}" if resolve else "")
-    found = _SHARED.get(key)
-    if found is None:
-        if len(_SHARED) >= 8:  # configs reloaded many times (tests): keep a few
-            _SHARED.pop(next(iter(_SHARED)))
-        searcher = Searcher(cfg.search) if why_off(cfg.search) is None else None
-        found = _Services(
-            Fetcher(cfg.fetch, resolve or system_resolve),
-            PageCache(cfg.fetch.cache_minutes * 60.0),
-            searcher,
-        )
-        _SHARED[key] = found
-    return found
+def _services(cfg: WebConfig) -> _Services:
+    found = _SHARED.get(id(cfg))
+    if found is not None and found[0] is cfg:
+        return found[1]
+    if len(_SHARED) >= 8:  # configs loaded many times (tests): keep the newest few
+        _SHARED.pop(next(iter(_SHARED)))
+    searcher = Searcher(cfg.search) if why_off(cfg.search) is None else None
+    services = _Services(
+        Fetcher(cfg.fetch),
+        PageCache(cfg.fetch.cache_minutes * 60.0),
+        searcher,
+    )
+    _SHARED[id(cfg)] = (cfg, services)
+    return services
 
 
 class WebFetch(Tool):
@@ -267,14 +269,9 @@ class WebSearch(Tool):
         return "\n".join(lines)
 
 
-def web_tools(
-    cfg: WebConfig,
-    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
-    resolve: Resolver | None = None,
-) -> list[Tool]:
-    """web_fetch unless `web.fetch.enabled` is false; web_search when a provider is set.
-    `resolve` replaces the system resolver (tests)."""
-    services = _services(cfg, resolve)
+def web_tools(cfg: WebConfig, max_result_chars: int = DEFAULT_MAX_RESULT_CHARS) -> list[Tool]:
+    """web_fetch unless `web.fetch.enabled` is false; web_search when a provider is set."""
+    services = _services(cfg)
     tools: list[Tool] = []
     if cfg.fetch.enabled:
         tools.append(WebFetch(cfg.fetch, services.fetcher, services.cache, max_result_chars))
