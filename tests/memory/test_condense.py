@@ -1,15 +1,13 @@
-"""MEMORY.md within its share of the prompt, and the condense proposal (issue 25 item 6):
-the context as the engine assembles it, real files, a real git repository."""
+"""The condense proposal for a MEMORY.md over its share of the prompt (issue 25 item 6):
+real files, a real git repository, the real token counter."""
 
 from __future__ import annotations
 
 import subprocess
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from klaw.engine.context import ContextInput, assemble_context
 from klaw.memory.condense import (
     PROPOSAL_FILE,
     CondenseError,
@@ -21,26 +19,6 @@ from klaw.memory.condense import (
 from klaw.memory.rows import count_tokens_batch
 from klaw.memory.versioning import versioner
 
-NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
-
-
-def context(ws: Path, **kw: object) -> tuple[str, dict[str, int]]:
-    params: dict[str, object] = {
-        "workspace": ws,
-        "core_memory": "",
-        "summary": None,
-        "window": [],
-        "now": NOW,
-        "channel": "telegram",
-        "context_budget": 100_000,
-        "max_tokens": 1000,
-        "window_cap": 20,
-    }
-    params.update(kw)
-    ctx = assemble_context(ContextInput(**params))  # type: ignore[arg-type]
-    assert ctx.messages[0].content is not None
-    return ctx.messages[0].content, ctx.report.tokens
-
 
 def big_memory_md(sections: int = 6, items: int = 40) -> str:
     parts = ["# MEMORY.md\n\nCurated by the owner.\n"]
@@ -51,39 +29,6 @@ def big_memory_md(sections: int = 6, items: int = 40) -> str:
             for i in range(items)
         )
     return "".join(parts)
-
-
-def test_memory_md_in_the_prompt_whole_within_its_share(tmp_path: Path) -> None:
-    (tmp_path / "MEMORY.md").write_text("# MEMORY.md\n\n- Mara prefers tea.\n")
-    text, tokens = context(tmp_path, memory_md_tokens=1200)
-    assert "## Long-Term Memory (MEMORY.md)\n# MEMORY.md\n\n- Mara prefers tea." in text
-    assert "MEMORY.md" in tokens
-    group, _ = context(tmp_path, memory_md_tokens=1200, chat_kind="group")
-    assert "Mara prefers tea" not in group  # private memory, like USER.md
-    off, _ = context(tmp_path, memory_md_tokens=0)
-    assert "Mara prefers tea" not in off
-
-
-def test_memory_md_over_its_share_is_cut_with_a_note_and_the_file_untouched(
-    tmp_path: Path,
-) -> None:
-    original = big_memory_md()
-    (tmp_path / "MEMORY.md").write_text(original)
-    text, tokens = context(tmp_path, memory_md_tokens=300)
-    assert tokens["MEMORY.md"] <= 300 + 20  # its section heading on top
-    assert "Topic 0 fact 0" in text and "Topic 5 fact 39" not in text
-    assert "find the rest with memory_search" in text
-    assert (tmp_path / "MEMORY.md").read_text() == original  # never shortened on disk
-
-
-def test_memory_md_gives_way_to_the_other_always_in_prompt_parts(tmp_path: Path) -> None:
-    (tmp_path / "MEMORY.md").write_text(big_memory_md())
-    (tmp_path / "SOUL.md").write_text("soul " * 900)
-    _, alone = context(tmp_path, memory_md_tokens=1200)
-    _, capped = context(tmp_path, memory_md_tokens=1200, memory_max_tokens=1500)
-    persona = capped["SOUL.md"]
-    assert capped["MEMORY.md"] < alone["MEMORY.md"]
-    assert persona + capped["MEMORY.md"] <= 1500 + 40  # headings of the two sections
 
 
 def test_the_proposal_is_extractive_and_within_the_target(tmp_path: Path) -> None:
