@@ -33,6 +33,7 @@ import httpx
 from klaw.config.loader import parse_size
 from klaw.errors import KlawError
 from klaw.web.addresses import AddressPolicy, IPAddress, Refused
+from klaw.web.client import LoopClient
 
 if TYPE_CHECKING:
     from klaw.config.engine import WebFetchConfig
@@ -134,31 +135,19 @@ class Fetcher:
         verify: ssl.SSLContext | bool = True,  # the CA store; a test's own CA
     ) -> None:
         self.cfg = cfg
-        self._verify = verify
         self.max_bytes = parse_size(cfg.max_bytes)
         self.policy = AddressPolicy(cfg.allow_hosts)
         self._resolve = resolve
-        self._client: httpx.AsyncClient | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:  # a client serves one loop
-            self._loop = loop
-            self._client = httpx.AsyncClient(
-                follow_redirects=False,
-                trust_env=False,  # an environment proxy would resolve the name itself
-                cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),  # keeps none
-                limits=httpx.Limits(max_keepalive_connections=0),
-                timeout=httpx.Timeout(self.cfg.timeout_seconds, connect=10.0),
-                verify=self._verify,
-            )
-        return self._client
+        self._http = LoopClient(
+            follow_redirects=False,
+            trust_env=False,  # an environment proxy would resolve the name itself
+            cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),  # keeps none
+            timeout=httpx.Timeout(cfg.timeout_seconds, connect=10.0),
+            verify=verify,
+        )
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._http.aclose()
 
     async def fetch(self, url: str) -> Fetched:
         """The page at `url`; raises Refused or FetchError with a message for the model."""
@@ -238,11 +227,11 @@ class Fetcher:
         extensions = {"sni_hostname": host.strip("[]")} if target.scheme == "https" else {}
         last: Exception | None = None
         for ip in addresses[:3]:  # each of them checked; the first that answers
-            request = self._http().build_request(
+            request = self._http.get().build_request(
                 "GET", target.copy_with(host=str(ip)), headers=headers, extensions=extensions
             )
             try:
-                return await self._http().send(request, stream=True)
+                return await self._http.get().send(request, stream=True)
             except httpx.ConnectError as exc:
                 last = exc
             except httpx.TimeoutException:

@@ -21,7 +21,6 @@ SearXNG and Brave mark matches with HTML tags, which are removed.
 
 from __future__ import annotations
 
-import asyncio
 import html
 import re
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from klaw.errors import KlawError
+from klaw.web.client import LoopClient
 
 if TYPE_CHECKING:
     from klaw.config.engine import WebSearchConfig
@@ -112,25 +112,10 @@ class Searcher:
         self.cfg = cfg
         self.provider: str = cfg.provider or ""
         self.endpoint = cfg.endpoint or DEFAULT_ENDPOINTS.get(self.provider, "")
-        self._client: httpx.AsyncClient | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:  # a client serves one loop
-            self._loop = loop
-            # No idle connections kept: a search is a few a turn at most, and a kept one
-            # would outlive the event loop it belongs to.
-            self._client = httpx.AsyncClient(
-                timeout=self.cfg.timeout_seconds,
-                limits=httpx.Limits(max_keepalive_connections=0),
-            )
-        return self._client
+        self._http = LoopClient(timeout=cfg.timeout_seconds)
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._http.aclose()
 
     async def search(self, query: str, count: int) -> list[SearchResult]:
         try:
@@ -153,7 +138,7 @@ class Searcher:
 
     async def _request(self, query: str, count: int) -> httpx.Response:
         key = self.cfg.api_key or ""
-        http = self._http()
+        http = self._http.get()
         if self.provider == "searxng":
             url = self.endpoint.rstrip("/")
             url = url if url.endswith("/search") else url + "/search"
