@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klaw.llm._http import make_client
+from klaw.llm._http import HttpClient, _json_request, make_client
 from klaw.llm.transport import Http11Transport
 
 
@@ -297,3 +297,21 @@ async def test_a_closed_transport_keeps_nothing() -> None:
             await http.post(server.url + "/x", json={})
             await http.post(server.url + "/x", json={})
         assert server.connections == 3
+
+
+async def test_a_provider_post_sends_what_the_httpx_client_would() -> None:
+    """`HttpClient._post` hands its request straight to the transport: same request line,
+    headers and body as through the client."""
+    async with Scripted(lambda k, n, r: answer(b"{}")) as server:
+        client = HttpClient("p", server.url, "key", timeout_s=5.0)
+        try:
+            response, raw = await client._post("chat/completions", b'{"a":1}')
+            assert response.status_code == 200 and raw == b"{}"
+            await client._http.post("chat/completions", **_json_request(b'{"a":1}'))
+        finally:
+            await client.aclose()
+        assert server.connections == 1
+    direct, through = (r.split(b"\r\n") for r in server.requests)
+    assert direct[0] == through[0] == b"POST /v1/chat/completions HTTP/1.1"
+    assert sorted(direct[1:]) == sorted(through[1:])
+    assert b"Authorization: Bearer key" in direct and direct[-1] == b'{"a":1}'
