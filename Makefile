@@ -145,11 +145,14 @@ bench: install sandbox-tools
 	set -o pipefail; $(PY) benches/report.py .benchmarks/latest.json | tee docs/bench-latest.txt
 	$(PY) benches/readme_numbers.py
 
-# Memory retrieval quality on the dev sets (docs/memory-eval.md): one table. The
-# LongMemEval set is read from ~/.cache/klaw-eval/longmemeval when present (not in the
-# repo: tests/data/longmemeval/README.md); embeddings are cached there too.
+# Memory retrieval quality on the dev sets with the shipped model (docs/memory-eval.md),
+# then the fusion's leave-one-set-out table. LongMemEval is read from
+# ~/.cache/klaw-eval/longmemeval when present (not in the repo: its files come from
+# tests/data/longmemeval/build.py over a clone of the public copy its README names);
+# the chats set is made there by benches/datasets/chats.py; embeddings are cached there.
 eval: install
 	$(PY) benches/eval_memory.py --threads 2
+	$(PY) benches/eval_fusion.py --threads 2
 
 # Engine + gateway on the embedded defaults, and a console chat in this terminal
 # (the offline model when no provider key is set; Telegram too with TELEGRAM_BOT_TOKEN).

@@ -66,13 +66,14 @@ from klaw import _core
 from klaw.config import EngineConfig
 from klaw.memory.api import load_backend
 from klaw.memory.embedding import EmbeddingBackend
+from klaw.memory.models.registry import DEFAULT_MODEL
 from klaw.paths import KlawPaths
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 CACHE = Path(os.environ.get("KLAW_EVAL_CACHE", Path.home() / ".cache" / "klaw-eval"))
-MODELS = ("multilingual-e5-small", "all-MiniLM-L6-v2")
-SETS = ("multilingual", "crosslingual", "personal", "longmemeval")
+MODELS = (DEFAULT_MODEL,)  # what ships; e5 and MiniLM with --models
+SETS = ("multilingual", "crosslingual", "personal", "longmemeval", "chats")
 CANDIDATES = 20
 TOP = 10
 
@@ -216,9 +217,13 @@ def merge_rounds(texts: Sequence[str], size: int = 400) -> list[str]:
 
 
 def load_longmemeval(
-    keys: str = "split", merge: bool = False, assistant: bool = False
+    keys: str = "split", merge: bool = False, assistant: bool = False, name: str = "longmemeval"
 ) -> DevSet | None:
-    base = CACHE / "longmemeval"
+    """LongMemEval's subset, or a set in its format (`chats`): sessions and questions;
+    the questions that name one `haystack_id` share one store."""
+    base = CACHE / name
+    if name == "chats" and not (base / "questions.jsonl").is_file():
+        _chats().write(base)  # deterministic, made here: rebuilt when absent
     sfile = _first(base / "sessions.jsonl.gz", base / "sessions.jsonl")
     if sfile is None or not (base / "questions.jsonl").is_file():
         return None
@@ -229,11 +234,12 @@ def load_longmemeval(
         scored = bool(q.get("paper_scored"))
         if not scored and (q["abstention"] or not assistant):
             continue  # abstention, or evidence only on the assistant side (as the paper)
-        group = q["id"]
-        docs[group] = []
-        for sid, when in zip(q["haystack"], q["haystack_dates"], strict=True):
-            texts = session_texts(sessions[sid]["turns"], keys, merge)
-            docs[group] += [Doc(sid, text, _iso(when), chunked=True) for text in texts]
+        group = q.get("haystack_id", q["id"])
+        if group not in docs:
+            docs[group] = []
+            for sid, when in zip(q["haystack"], q["haystack_dates"], strict=True):
+                texts = session_texts(sessions[sid]["turns"], keys, merge)
+                docs[group] += [Doc(sid, text, _iso(when), chunked=True) for text in texts]
         ids = q["paper_relevant_session_ids"] if scored else q["answer_session_ids"]
         rel = tuple(Rel(s) for s in ids)
         stale: tuple[Rel, ...] = ()
@@ -244,10 +250,24 @@ def load_longmemeval(
             newest = (Rel(q["latest_answer_session_id"]),)
             stale = tuple(r for r in rel if r not in newest)
         kind = q["type"] if scored else f"{q['type']} (assistant evidence)"
+        lang = q.get("style", "en")  # chats: lexical or paraphrased question, as a slice
         queries.append(
-            Query(q["id"], q["question"], "en", kind, rel, stale, group, True, newest, scored)
+            Query(q["id"], q["question"], lang, kind, rel, stale, group, True, newest, scored)
         )
-    return DevSet("longmemeval", docs, queries)
+    return DevSet(name, docs, queries)
+
+
+def _chats() -> Any:
+    """benches/datasets/chats.py, loaded by path (`datasets` is also a PyPI name)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "klaw_eval_chats", ROOT / "benches/datasets/chats.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _iso(value: str) -> str:
@@ -262,7 +282,13 @@ LOADERS: dict[str, Callable[[], DevSet | None]] = {
     "crosslingual": lambda: load_multilingual(True),
     "personal": load_personal,
     "longmemeval": load_longmemeval,
+    "chats": lambda: load_longmemeval(name="chats"),
 }
+#: How to get LongMemEval's files when they are absent (the data is not in the repo).
+LME_HINT = (
+    "LongMemEval: python3 tests/data/longmemeval/build.py GIT_DIR, GIT_DIR a clone of "
+    "github.com/hussainzs/Memoria (tests/data/longmemeval/README.md)"
+)
 
 
 # --- candidate models without a Klaw backend ----------------------------------
@@ -763,6 +789,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     all_setups = setups(a.grid, a.candidates, aggs, a.setups, weights)
     LOADERS["longmemeval"] = lambda: load_longmemeval(a.lme_keys, a.lme_merge, a.lme_assistant)
+    LOADERS["chats"] = lambda: load_longmemeval(a.lme_keys, a.lme_merge, name="chats")
     rows: list[tuple[str, str, str, dict[str, float]]] = []
     started = time.monotonic()
     for model in a.models.split(","):
@@ -777,7 +804,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in a.sets.split(","):
             ds = LOADERS[name]()
             if ds is None:
-                print(f"skipped {name}: its files are not in tests/data", file=sys.stderr)
+                hint = LME_HINT if name == "longmemeval" else "its files are not in tests/data"
+                print(f"skipped {name}: {hint}", file=sys.stderr)
                 continue
             if name == "longmemeval":
                 opts = [
