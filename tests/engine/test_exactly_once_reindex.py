@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from klaw.config import EngineConfig
-from klaw.engine.answered import AnsweredMarks
+from klaw.engine.answered import KEPT_REPLIES, AnsweredMarks
 from klaw.engine.pipeline import Pipeline
 from klaw.gateway.logbook import LogBook
 from klaw.llm.router import Router
@@ -19,6 +19,7 @@ from klaw.memory.api import rebuild
 from klaw.paths import KlawPaths
 from klaw.wire.loglines import inbound_line, outbound_line
 from klaw.wire.protocol import Error, Inbound, Outbound
+from klaw.wire.record import to_iso
 from scripted_llm import FakeLLM, engine_config
 
 T = 10.0
@@ -81,9 +82,12 @@ async def test_without_the_kept_reply_the_redelivery_is_settled_as_a_duplicate(
     llm.answer("hello back")
     (first,) = await answer_once(klaw_home, config, backend, msg)
     assert isinstance(first, Outbound)
-    # The reply slot is gone (a crash between the two writes, or a hand cleanup).
-    for slot in klaw_home.answered.joinpath(CHAT).glob("[0-9]*.json"):
-        slot.unlink()
+    # Later replies pushed it out of the kept ones; the watermark still covers m1.
+    marks = AnsweredMarks(klaw_home.answered)
+    later = to_iso(datetime.now(UTC) + timedelta(seconds=1)) or ""
+    for n in range(KEPT_REPLIES):
+        marks.record(first.model_copy(update={"id": f"r{n}", "answers": [f"x{n}"]}), later)
+    assert marks.reply_for(CHAT, "m1") is None
     await asyncio.to_thread(rebuild, klaw_home, config, backend=backend, progress=False)
     (again,) = await answer_once(klaw_home, config, backend, msg)
     assert len(llm.requests) == 1
