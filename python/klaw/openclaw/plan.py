@@ -118,6 +118,8 @@ class ImportPlan:
             p(f"  routing.default {s.default}; fallback {', '.join(s.fallback) or 'none'}")
         for k, v in s.heartbeat.items():
             p(f"  scheduler.heartbeat.{k} {v}")
+        for name, server in s.mcp_servers.items():
+            p(f"  mcpServers.{name}: {server.get('command') or server.get('url')}")
         p("gateway:")
         if s.telegram_token:
             p(f"  channels.telegram.token {s.telegram_token}")
@@ -429,6 +431,14 @@ def _engine_edits(plan: ImportPlan, report: ImportReport) -> Any:
                         changed = True
                 else:
                     report.kept.append(f"scheduler.heartbeat.{key} {hb.get(key)} (yours)")
+        servers = _section(data, "mcpServers") if s.mcp_servers else {}
+        for name, entry in s.mcp_servers.items():
+            if name in servers:
+                report.kept.append(f"mcpServers.{name} (yours)")
+                continue
+            servers[name] = dict(entry)
+            report.changed.append(f"mcpServers.{name}")
+            changed = True
         return changed
 
     return edit

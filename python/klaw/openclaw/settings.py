@@ -73,6 +73,7 @@ class Settings:
     env_to_set: list[str] = field(default_factory=list)  # "VAR: where OpenClaw keeps it"
     unmapped: list[str] = field(default_factory=list)
     owner_chat: str | None = None
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine.yaml's
 
 
 def _model_ref(home: Home, ref: str, depth: int = 0) -> str:
@@ -293,6 +294,10 @@ def map_settings(home: Home) -> Settings:
                         else "its instructions belong in HEARTBEAT.md"
                     )
                 )
+    from klaw.openclaw.mcp_map import map_mcp
+
+    where = str(home.config_path or "openclaw.json")
+    s.mcp_servers = map_mcp(home.get("mcp", "servers"), s.env_to_set, s.unmapped, where)
     return s
 
 
