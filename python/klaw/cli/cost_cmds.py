@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta, tzinfo
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["budget", "cost"]
 
 BY = ("source", "model", "day")
+#: The clock `klaw budget` reads the period by; replaced in tests.
+_clock = time.time
 
 
 @dataclass(slots=True)
@@ -55,13 +58,11 @@ class CostSums:
         if amount or currency:
             self.cost[currency or "-"] += amount
 
-    def cost_text(self) -> str:
-        parts = [f"{v:.4f} {c}" for c, v in sorted(self.cost.items()) if c != "-"]
-        if not parts and not self.unknown:
-            parts = ["0"]
-        if self.unknown:
-            parts.append(f"unknown ×{self.unknown}")
-        return " + ".join(parts)
+    def cells(self, currencies: list[str], unknown: bool) -> list[str]:
+        """Calls, tokens, a cost per currency (never added across them), unknown calls."""
+        row = [_n(self.calls), _n(self.tokens_in), _n(self.tokens_out)]
+        row += [f"{self.cost[c]:.4f}" if c in self.cost else "" for c in currencies]
+        return row + ([_n(self.unknown) if self.unknown else ""] if unknown else [])
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -164,17 +165,18 @@ def cost(days: int, by: str, json_out: bool) -> int:
     if rates is not None:
         lines.append(f"(converted to {rates.currency} at engine.yaml budget.rates)")
     lines.append("")
-    rows = [[k, _n(s.calls), _n(s.tokens_in), _n(s.tokens_out), s.cost_text()] for k, s in ranked]
-    rows.append(
-        ["total", _n(total.calls), _n(total.tokens_in), _n(total.tokens_out), total.cost_text()]
-    )
-    lines += _table([by.capitalize(), "Calls", "Tokens in", "Tokens out", "Cost"], rows, text_col=0)
-    if total.unknown:
+    currencies = sorted(c for c in total.cost if c != "-")
+    unknown = total.unknown > 0
+    headers = [by.capitalize(), "Calls", "Tokens in", "Tokens out", *currencies]
+    rows = [[k, *s.cells(currencies, unknown)] for k, s in ranked]
+    rows.append(["total", *total.cells(currencies, unknown)])
+    lines += _table(headers + (["Unknown"] if unknown else []), rows, text_col=0)
+    if unknown:
         lines += [
             "",
-            f"{total.unknown} call(s) of unknown cost: their model has no price "
-            "(engine.yaml models.<id>.price; docs/costs.md)"
-            + ("" if rates is None else " or its currency no rate"),
+            f"Unknown: {total.unknown} call(s) whose model has no price"
+            + ("" if rates is None else " (or whose currency has no rate)"),
+            "(engine.yaml models.<id>.price; docs/costs.md). Never counted as free.",
         ]
     by_day = groups if by == "day" else collect_cost(paths, days, "day", today, zone, rates)[1]
     lines += _chart(first, today, by_day)
@@ -199,7 +201,7 @@ def budget(json_out: bool) -> int:
             file=sys.stderr,
         )
         return 1
-    spend = Spend(config, paths.spend)
+    spend = Spend(config, paths.spend, clock=_clock)
     caps = spend.caps()
     currency = config.budget.currency
     if json_out:
