@@ -240,3 +240,33 @@ def test_a_commit_never_blocks_the_writer(tmp_path: Path, monkeypatch: pytest.Mo
     assert vg.flush(30)
     monkeypatch.undo()
     assert vg.log_entries()[0].subject == "memory: x"
+
+
+def test_names_git_would_quote_are_committed_and_listed(tmp_path: Path) -> None:
+    """Cyrillic, spaces, a tab: git quotes such names in its plain output; Klaw reads
+    and writes NUL-separated records instead."""
+    ws = owner_repo(tmp_path)
+    vg = MemoryGit(ws)
+    names = ["memory/заметки о поездке.md", "bank/entities/tab\there.md"]
+    paths = [ws / n for n in names]
+    with vg.change(paths, "notes with unusual names"):
+        for p in paths:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text("- a note\n")
+    assert vg.flush(30)
+    assert sorted(vg.log_entries(1)[0].paths) == sorted(names)
+    assert git(ws, "status", "--porcelain") == ""
+    vg.undo()
+    assert not any(p.exists() for p in paths)
+    assert git(ws, "status", "--porcelain") == ""
+
+
+def test_a_message_with_control_characters_is_logged_whole(tmp_path: Path) -> None:
+    """What and why can carry a model's or a chat's text: `log` still reads them."""
+    ws = owner_repo(tmp_path)
+    vg = MemoryGit(ws)
+    with vg.change(["MEMORY.md"], "fact\x1e\x1f\x00 from a chat", "why\x1e\x1f it"):
+        append(ws / "MEMORY.md", "- x\n")
+    assert vg.flush(30)
+    [entry] = vg.log_entries(1)
+    assert entry.subject == "memory: fact from a chat" and entry.body == "why   it"

@@ -30,6 +30,7 @@ import difflib
 import logging
 import os
 import queue
+import re
 import shutil
 import subprocess
 import threading
@@ -265,6 +266,8 @@ class MemoryGit:
             "core.hooksPath=/dev/null",
             "-c",
             "core.fsmonitor=false",
+            "-c",
+            "core.quotePath=false",
             "--no-pager",
             "-C",
             str(self.workspace),
@@ -360,18 +363,17 @@ class MemoryGit:
         lines = []
         for path, data in entries:
             if data is None:
-                lines.append(f"0 {ZERO}\t{path}\n")
+                lines.append(f"0 {ZERO}\t{path}\0")
             else:
                 blob = self._out("hash-object", "-w", "--stdin", input=data)
-                lines.append(f"100644 {blob}\t{path}\n")
+                lines.append(f"100644 {blob}\t{path}\0")
         try:
             if head is None:
                 self.git("read-tree", "--empty", index=self._index)
             else:
                 self.git("read-tree", head, index=self._index)
-            self.git(
-                "update-index", "--index-info", input="".join(lines).encode(), index=self._index
-            )
+            info = "".join(lines).encode("utf-8", "surrogateescape")
+            self.git("update-index", "-z", "--index-info", input=info, index=self._index)
             tree = self._out("write-tree", index=self._index)
         finally:
             self._index.unlink(missing_ok=True)
@@ -383,18 +385,17 @@ class MemoryGit:
         (else `git status` would show Klaw's change reverted as staged); a path the owner
         has staged something else for is left as they staged it."""
         paths = [p for p, _ in entries]
-        staged = self._entries("ls-files", "-s", "--", *paths)
-        at_head = self._entries("ls-tree", "-r", old, "--", *paths) if old else {}
-        new = self._entries("ls-tree", "-r", "HEAD", "--", *paths)
+        staged = self._entries("ls-files", "-s", "-z", "--", *paths)
+        at_head = self._entries("ls-tree", "-r", "-z", old, "--", *paths) if old else {}
+        new = self._entries("ls-tree", "-r", "-z", "HEAD", "--", *paths)
         lines = []
         for p in paths:
             if staged.get(p) != at_head.get(p):
                 continue
-            lines.append(f"{new[p]}\t{p}\n" if p in new else f"0 {ZERO}\t{p}\n")
+            lines.append(f"{new[p]}\t{p}\0" if p in new else f"0 {ZERO}\t{p}\0")
         if lines:
-            done = self.git(
-                "update-index", "--index-info", input="".join(lines).encode(), check=False
-            )
+            info = "".join(lines).encode("utf-8", "surrogateescape")
+            done = self.git("update-index", "-z", "--index-info", input=info, check=False)
             if done.returncode != 0:
                 log.warning(
                     "memory commit: the index was busy; `git status` may show %s as staged",
@@ -402,9 +403,9 @@ class MemoryGit:
                 )
 
     def _entries(self, *args: str) -> dict[str, str]:
-        """path -> "mode sha" from ls-files -s / ls-tree output."""
+        """path -> "mode sha" from ls-files -s -z / ls-tree -z output."""
         out: dict[str, str] = {}
-        for line in self._out(*args).splitlines():
+        for line in self._lines(*args):
             meta, _, path = line.partition("\t")
             parts = meta.split()
             if len(parts) >= 3:
@@ -419,22 +420,32 @@ class MemoryGit:
         if not self.is_repo or self.head() is None:
             return []
         sep, end = "\x1f", "\x1e"
-        out = self._out(
+        # raw: str.strip() would take the separators, which Python counts as whitespace
+        out = self.git(
             "log",
             f"-n{n}",
             f"--author=<{AUTHOR_EMAIL}>",
-            f"--format={end}%H{sep}%aI{sep}%s{sep}%b{sep}",
-            "--name-only",
-            "--no-renames",
-        )
+            f"--format={end}%H{sep}%P{sep}%aI{sep}%s{sep}%b",
+        ).stdout.decode("utf-8", "replace")
         entries = []
         for rec in out.split(end):
             if not rec.strip():
                 continue
-            commit, date, subject, body, names = rec.split(sep)
-            paths = tuple(p for p in names.splitlines() if p.strip())
+            commit, parents, date, subject, body = rec.split(sep)
+            parent = parents.split()[0] if parents.split() else None
+            paths = tuple(self._changed(parent, commit))
             entries.append(LogEntry(commit, date, subject, body.strip(), paths))
         return entries
+
+    def _changed(self, parent: str | None, commit: str) -> list[str]:
+        """The paths `commit` changed (against `parent`; all of them for a root)."""
+        span = [parent, commit] if parent else ["--root", commit]
+        return self._lines("diff-tree", "--no-commit-id", "--name-only", "-r", "-z", *span)
+
+    def _lines(self, *args: str) -> list[str]:
+        """The NUL-separated records of a `-z` command's output."""
+        out = self.git(*args).stdout.decode("utf-8", "surrogateescape")
+        return [rec for rec in out.split("\0") if rec]
 
     def undo(self, commit: str | None = None) -> tuple[str, list[str]]:
         """Revert one of Klaw's commits (default: the newest) in HEAD and in the files,
@@ -453,14 +464,7 @@ class MemoryGit:
         parents = self._out("log", "-1", "--format=%P", full).split()
         parent = parents[0] if parents else None
         subject = self._out("log", "-1", "--format=%s", full)
-        names = self._out(
-            "diff-tree",
-            "--no-commit-id",
-            "--name-only",
-            "-r",
-            "--no-renames",
-            *([parent, full] if parent else ["--root", full]),
-        ).splitlines()
+        names = self._changed(parent, full)
         head = self.head()
         plan: list[tuple[str, bytes | None, bytes | None]] = []  # path, new HEAD, new file
         for path in names:
@@ -569,7 +573,13 @@ def _write(path: Path, data: bytes | None) -> None:
     atomic_write(path, data, mode=mode, mkdir=True)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def _message(what: str, why: str) -> str:
+    """`memory: what`, a blank line and `why`; control characters dropped (a message
+    can carry text from a model or a chat, and `log_entries` splits on two of them)."""
+    what, why = _CONTROL.sub(" ", what), _CONTROL.sub(" ", why)
     subject = " ".join(what.split()) or "change"
     if not subject.startswith("memory:"):
         subject = f"memory: {subject}"
