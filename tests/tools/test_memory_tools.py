@@ -38,6 +38,7 @@ def test_builtin_registry_offers_the_built_in_tools(reg: ToolRegistry) -> None:
             "docs_list",
             "docs_read",
             "docs_search",
+            "web_fetch",  # web_search too once web.search.provider is set (tests/web)
         ]
     )
     for schema in reg.schemas():

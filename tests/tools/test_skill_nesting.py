@@ -99,5 +99,11 @@ async def test_one_deep_skill_is_refused_alone_by_the_catalog_the_tools_and_the_
     rc, out, err = await klaw("skills", "list", "--json")
     assert rc == 0, err
     data = json.loads(out)
-    assert {r["name"] for r in data["skills"]} == {"code-execute", "deep-meta", "good"}
+    # web-search is listed off (no web.search.provider)
+    assert {r["name"] for r in data["skills"]} == {
+        "code-execute",
+        "deep-meta",
+        "good",
+        "web-search",
+    }
     assert [r["path"] for r in data["refused"]] == [str(bad)]

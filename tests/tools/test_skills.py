@@ -72,8 +72,8 @@ async def test_the_builtin_skill_is_there_out_of_the_box(
     assert res.content == BUILTIN_PATH.read_text(encoding="utf-8")  # no workspace note
     for practice in ("print()", "/output", "One complete script per call", "stderr"):
         assert practice in res.content
-    res = await reg.dispatch("skill_load", {"name": "web-search"})
-    assert res.is_error and "Available skills: code-execute" in res.content
+    res = await reg.dispatch("skill_load", {"name": "web-search"})  # built in, but off
+    assert res.is_error and "needs the config key(s) web.search.provider set" in res.content
 
 
 def test_the_builtin_skill_is_short_and_ships_in_the_package() -> None:
