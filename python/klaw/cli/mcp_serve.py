@@ -36,11 +36,9 @@ INSTRUCTIONS = (
 )
 
 
-class ServeError(Exception):
-    """What the calling agent reads as the tool's error."""
-
-
 async def _run(paths: KlawPaths, name: str, arguments: dict[str, Any]) -> str:
+    from mcp.server.mcpserver.exceptions import ToolError as ServeError  # read by the agent
+
     args = {k: v for k, v in arguments.items() if v is not None}
     try:
         reply = await client.request(paths, ToolRun(name=name, arguments=args), timeout=60.0)
@@ -83,6 +81,8 @@ def build_server(paths: KlawPaths, *, allow_write: bool) -> MCPServer:
 
     async def schedule_list() -> str:
         """Klaw's scheduled jobs: name, schedule, time zone, what each does."""
+        from mcp.server.mcpserver.exceptions import ToolError as ServeError
+
         try:
             reply = await client.request(paths, Schedule(action="list"), timeout=30.0)
         except KlawError as exc:
