@@ -102,3 +102,14 @@ def test_an_archived_log_is_found_where_it_is_now_with_its_day(memory) -> None: 
     assert hit.start_line is not None and hit.end_line is not None
     assert "dentist" in "\n".join(lines[hit.start_line - 1 : hit.end_line])
     assert hit.created_at[:10] == before.created_at[:10]
+
+
+def test_an_archive_folder_leading_outside_moves_nothing(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (ws / "memory" / "archive").symlink_to(outside)
+    report = archive_logs(ws, 90, TODAY)
+    assert report.moved == [] and "leads outside the workspace" in report.skipped[0]
+    assert list(outside.iterdir()) == []
+    assert len(due_logs(ws, 90, TODAY)) == 4

@@ -137,3 +137,17 @@ def test_nightly_upkeep_archives_and_proposes_once_per_text(tmp_path: Path) -> N
     assert nightly_upkeep(ws, cfg, date(2026, 11, 29)).proposal is not None
     assert read_proposal(ws) is not None
     assert (ws / "MEMORY.md").read_text() == big_memory_md(7)  # never applied here
+
+
+def test_apply_refuses_an_archive_folder_leading_outside(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (ws / "memory" / "archive").symlink_to(outside)
+    original = big_memory_md()
+    (ws / "MEMORY.md").write_text(original)
+    write_proposal(ws, propose(original.encode(), 400, count_tokens_batch, "2026-11-27", ws))
+    with pytest.raises(CondenseError, match="leads outside the workspace"):
+        apply_proposal(ws)
+    assert list(outside.iterdir()) == [] and (ws / "MEMORY.md").read_text() == original

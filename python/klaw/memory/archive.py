@@ -64,6 +64,12 @@ def archive_logs(
 ) -> ArchiveReport:
     """Move the due logs to `memory/archive/` (see the module docstring)."""
     report = ArchiveReport()
+    if not _stays_inside(workspace, "memory", ARCHIVE_DIR):
+        report.skipped.append(
+            f"memory/ or {ARCHIVE_DIR}/ leads outside the workspace (a symlink): nothing moved"
+        )
+        log.warning("not archived: %s", report.skipped[0])
+        return report
     git = versioner(workspace)
     active = git.active
     dirty = (
@@ -102,6 +108,16 @@ def archive_logs(
     )
     log.info("archived %d daily log(s) to %s", len(moves), ARCHIVE_DIR)
     return report
+
+
+def _stays_inside(workspace: Path, *rels: str) -> bool:
+    """Whether each folder, where it exists, is a real folder of the workspace."""
+    root = workspace.resolve()
+    for rel in rels:
+        path = workspace / rel
+        if path.is_symlink() or (path.exists() and not path.resolve().is_relative_to(root)):
+            return False
+    return True
 
 
 def _git_paths(workspace: Path, *args: str) -> set[str]:

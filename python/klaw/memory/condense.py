@@ -318,6 +318,9 @@ def apply_proposal(workspace: Path, what_why: tuple[str, str] | None = None) -> 
             "again to see a new one"
         )
     target = workspace / archive
+    folder = workspace / ARCHIVE_DIR
+    if folder.is_symlink() or (workspace / "memory").is_symlink():
+        raise CondenseError(f"{folder} leads outside the workspace (a symlink); nothing written")
     if moved.strip() and target.exists():
         raise CondenseError(f"{target} exists already; run `klaw memory condense` again")
     what, why = what_why or (
