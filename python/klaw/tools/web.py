@@ -155,14 +155,13 @@ def _services(cfg: WebConfig) -> _Services:
 class WebFetch(Tool):
     name = "web_fetch"
     description = (
-        "Read a web page (http or https URL): its main text as Markdown, or plain text, "
-        "JSON, a PDF's text. Public sites only. `maxTokens` caps the text returned "
-        "(default and most: web.fetch.maxTokens)."
+        "Read a web page (http/https) as Markdown: article text, or plain text, JSON, "
+        "PDF text. maxTokens caps it."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
-            "url": {"type": "string", "minLength": 1, "maxLength": 4000},
+            "url": {"type": "string", "maxLength": 4000},
             "maxTokens": {"type": "integer", "minimum": 100},
         },
         "required": ["url"],
@@ -234,10 +233,7 @@ class WebFetch(Tool):
 
 class WebSearch(Tool):
     name = "web_search"
-    description = (
-        "Search the web. Lists the hits (title, URL, date, snippet); read the best ones "
-        "with web_fetch before answering, and cite their URLs."
-    )
+    description = "Search the web: title, URL, date, snippet of each hit. Cite the URLs you use."
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
