@@ -20,7 +20,7 @@ from klaw.memory import Memory
 from klaw.memory.bank import PageFact, new_page, with_fact, write_page
 from klaw.memory.recall import Recall
 from klaw.paths import KlawPaths
-from klaw.wire.protocol import Error, Inbound, Outbound
+from klaw.wire.protocol import Command, Error, Inbound, Outbound
 from scripted_llm import FakeLLM, engine_config
 
 T = 10.0
@@ -160,6 +160,19 @@ async def test_the_turn_gets_the_block_and_its_record_names_it(
         rows = memory.store.recent_messages("telegram_1", None, 5)
         meta = json.loads(next(r for r in rows if r.role == "assistant").metadata or "{}")
         assert meta["recalled"] == ["memory/2026-03-09.md#L2"]
+        shown = await pipeline.commands.execute(
+            Command(
+                id="c1",
+                channel="telegram",
+                chat_id="telegram_1",
+                ts=datetime.now(UTC),
+                name="memory",
+            ),
+            "fake/m",
+            "",
+            duplicate=False,
+        )
+        assert "Auto-recall put into the last turn:\n- memory/2026-03-09.md#L2" in shown.content
         system = await turn(2, "thanks!")
         assert "Recalled From Memory" not in system
         assert "recalled" not in (sent[-1].meta if isinstance(sent[-1], Outbound) else {})

@@ -77,7 +77,7 @@ class Commands:
             if cmd.meta.group and not self.config.context.allow_private_memory_in_groups:
                 text = "Core memory is private: it is not shown in group chats."
             else:
-                text = await asyncio.to_thread(self._memory)
+                text = await asyncio.to_thread(self._memory, cmd.chat_id)
         elif name == "status":
             text = await asyncio.to_thread(self._status_text, cmd.chat_id, model, segment)
         else:
@@ -172,14 +172,31 @@ class Commands:
         lines.append("Switch with /model provider/model-id.")
         return "\n".join(lines)
 
-    def _memory(self) -> str:
+    def _memory(self, chat_id: str) -> str:
         from klaw.memory.core import CoreMemory, CoreMemoryError
 
         try:
             text = CoreMemory(self.paths.core_memory).to_prompt()
         except CoreMemoryError as exc:
             return f"Core memory cannot be read: {exc}. Run `klaw doctor` on the host."
-        return f"Core memory:\n{text}" if text else "Core memory is empty."
+        core = f"Core memory:\n{text}" if text else "Core memory is empty."
+        return core + self._recalled(chat_id)
+
+    def _recalled(self, chat_id: str) -> str:
+        """What auto-recall put into the chat's last turn (its reply's `recalled`)."""
+        import json
+
+        for row in reversed(self.memory.store.recent_messages(chat_id, None, 20)):
+            if row.role != "assistant" or row.kind:
+                continue
+            try:
+                got = json.loads(row.metadata or "{}").get("recalled")
+            except (ValueError, AttributeError):
+                return ""
+            if not isinstance(got, list) or not got:
+                return "\nAuto-recall put nothing into the last turn."
+            return "\nAuto-recall put into the last turn:\n" + "\n".join(f"- {c}" for c in got)
+        return ""
 
     def _status_text(self, chat_id: str, model: str, segment: str) -> str:
         info = self._status() if self._status else {}

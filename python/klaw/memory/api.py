@@ -116,6 +116,9 @@ class Memory:
         self._on_close: list[Callable[[], None]] = []
         #: Told (text, durable) after each saved fact: OpenClaw's write-back subscribes.
         self.on_saved: list[Callable[[str, bool], None]] = []
+        #: Counts indexing passes that changed workspace memory files: auto-recall reads
+        #: the bank and the daily logs again when it moves (klaw.memory.recall).
+        self.generation = 0
         # Set by `cancel()`: long indexing stops between embedding batches and files, so
         # a stopping engine is done within a batch, not after a 15 MB file.
         # A Rust flag, so indexing inside one `index_document` call sees it too.
@@ -427,6 +430,8 @@ class Memory:
             if owned and path not in present:
                 self.store.remove_file(path)
                 report.removed.append(path)
+        if report.indexed or report.removed:
+            self.generation += 1
         return report
 
     def import_path(self, path: Path | str) -> IndexReport:

@@ -33,6 +33,7 @@ from typing import Final
 
 from klaw.errors import InvalidInput
 from klaw.fsutil import atomic_write_at
+from klaw.memory.logfacts import name_key
 from klaw.memory.retain import entity_key, entity_slug
 
 __all__ = [
@@ -145,7 +146,7 @@ class EntityPage:
         """The name and every alias, without repeats (first spelling kept)."""
         seen: dict[str, str] = {}
         for n in [self.name, *self.owner_aliases, *self.aliases]:
-            key = entity_key(n)
+            key = name_key(n)
             if key and key not in seen:
                 seen[key] = n.strip()
         return list(seen.values())
@@ -427,7 +428,12 @@ _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 def _open_dir(workspace: Path, rel: str, *, create: bool) -> int | None:
     """A descriptor of workspace/rel reached without following a symlink below the
     workspace; None when absent (and not `create`). BankError for a link or a file."""
-    fd = os.open(os.path.realpath(workspace), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(os.path.realpath(workspace), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if not create:
+            return None  # no workspace yet: no bank
+        raise
     try:
         for part in rel.split("/"):
             try:
@@ -498,9 +504,17 @@ def read_page(workspace: Path, slug: str) -> EntityPage | None:
     return None if text is None else parse_page(slug, text, shown)
 
 
-def read_pages(workspace: Path) -> dict[str, EntityPage]:
+#: A page file's stat, as `read_pages` keeps it: (mtime, ctime, size, inode).
+Stamp = tuple[int, int, int, int]
+
+
+def read_pages(
+    workspace: Path, cache: dict[str, tuple[Stamp, EntityPage]] | None = None
+) -> dict[str, EntityPage]:
     """Every page of `bank/entities/` by slug. A file whose name is not a slug (the
-    owner named it `Peter.md`) is read too, under its stem: hand-made pages count."""
+    owner named it `Peter.md`) is read too, under its stem: hand-made pages count.
+    With `cache` (kept by the caller between calls), a page whose stat is unchanged
+    is not read again."""
     try:
         dfd = _open_dir(workspace, ENTITIES_DIR, create=False)
     except BankError as exc:
@@ -509,17 +523,34 @@ def read_pages(workspace: Path) -> dict[str, EntityPage]:
     if dfd is None:
         return {}
     pages: dict[str, EntityPage] = {}
+    seen: set[str] = set()
     try:
         for name in sorted(os.listdir(dfd)):
             if not name.endswith(".md") or name.startswith("."):
                 continue
             stem = name[:-3]
+            if cache is not None:
+                try:
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                except OSError:
+                    continue
+                stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+                seen.add(name)
+                hit = cache.get(name)
+                if hit is not None and hit[0] == stamp:
+                    pages[stem] = hit[1]
+                    continue
             shown = f"{ENTITIES_DIR}/{name}"
             text = _read_at(dfd, name, shown)
             if text is not None:
                 pages[stem] = parse_page(stem, text, shown)
+                if cache is not None:
+                    cache[name] = (stamp, pages[stem])
     finally:
         os.close(dfd)
+    if cache is not None:
+        for gone in set(cache) - seen:
+            del cache[gone]
     return pages
 
 

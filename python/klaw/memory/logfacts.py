@@ -5,17 +5,22 @@ each log parsed again only when its stat changes, and which facts are current.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from klaw.memory.retain import Fact, entity_key, parse_retain
-from klaw.memory.wsfiles import memory_files, open_for_index
+from klaw.memory.wsfiles import open_for_index
 
-__all__ = ["FactFiles", "current_facts"]
+__all__ = ["FactFiles", "current_facts", "name_key"]
 
 log = logging.getLogger("klaw.memory")
+
+#: `entity_key`, kept per name: a year of facts names the same few hundred entities
+#: tens of thousands of times, and each key is a few Unicode normalisations.
+name_key = functools.lru_cache(maxsize=1 << 16)(entity_key)
 
 
 def current_facts(facts: Iterable[Fact]) -> list[Fact]:
@@ -26,7 +31,7 @@ def current_facts(facts: Iterable[Fact]) -> list[Fact]:
     out: list[Fact] = []
     for f in ordered:
         if f.attribute:
-            keys = {(entity_key(e), f.attribute) for e in f.entities}
+            keys = {(name_key(e), f.attribute) for e in f.entities}
             if keys & seen:
                 continue
             seen |= keys
@@ -43,27 +48,40 @@ class FactFiles:
         self._files: dict[str, tuple[tuple[int, int, int], list[Fact]]] = {}
 
     def read(self) -> dict[str, list[Fact]]:
+        """Facts by log label. The logs are listed and stat'ed (a few hundred stats for a
+        year); only a log whose stat changed is read and parsed again."""
         out: dict[str, list[Fact]] = {}
         kept: dict[str, tuple[tuple[int, int, int], list[Fact]]] = {}
-        for path in memory_files(self.workspace):
-            label = path.relative_to(self.workspace).as_posix()
-            if not label.startswith("memory/"):
-                continue
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        for label, path, stamp in self._logs():
             old = self._files.get(label)
-            if old is not None and old[0] == stamp:
-                facts = old[1]
-            else:
-                facts = self._parse(path, label)
+            facts = old[1] if old is not None and old[0] == stamp else self._parse(path, label)
             kept[label] = (stamp, facts)
             if facts:
                 out[label] = facts
         self._files = kept
         return out
+
+    def _logs(self) -> Iterator[tuple[str, Path, tuple[int, int, int]]]:
+        """(label, path, stat stamp) of each memory/**/*.md; what a symlink leads to is
+        the confined open's to refuse (`_parse`)."""
+        folders = [self.workspace / "memory"]
+        while folders:
+            folder = folders.pop()
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        folders.append(Path(e.path))
+                    elif e.name.endswith(".md"):
+                        st = e.stat()
+                        path = Path(e.path)
+                        label = path.relative_to(self.workspace).as_posix()
+                        yield label, path, (st.st_mtime_ns, st.st_size, st.st_ino)
+                except (OSError, ValueError):
+                    continue
 
     def _parse(self, path: Path, label: str) -> list[Fact]:
         try:

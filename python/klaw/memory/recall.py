@@ -29,18 +29,19 @@ turn never waits for the files; the first turn after start builds it once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from klaw import _core
-from klaw.memory.bank import ENTITIES_DIR, EntityPage, read_pages
-from klaw.memory.logfacts import FactFiles, current_facts
-from klaw.memory.retain import Fact, entity_key
+from klaw.memory.bank import ENTITIES_DIR, EntityPage, Stamp, read_pages
+from klaw.memory.logfacts import FactFiles, current_facts, name_key
+from klaw.memory.retain import Fact
 
 if TYPE_CHECKING:
     from klaw.config.engine import AutoRecallConfig
@@ -89,6 +90,11 @@ class Recalled:
 
 
 NOTHING: Final = Recalled()
+#: The first turn waits this long for what auto-recall knows to be read (a year of
+#: logs takes seconds to parse the first time); after that it goes without.
+FIRST_WAIT_S: Final = 1.0
+
+_PageCache: TypeAlias = dict[str, tuple[Stamp, EntityPage]]
 
 
 @dataclass(slots=True)
@@ -99,7 +105,6 @@ class _Snapshot:
     by_slug: dict[str, int] = field(default_factory=dict)
     # log label -> its facts (tier 2 maps a chunk's lines to them)
     facts_by_source: dict[str, list[Fact]] = field(default_factory=dict)
-    entity_of_fact: dict[str, list[int]] = field(default_factory=dict)
     facts: int = 0
 
     @property
@@ -107,6 +112,7 @@ class _Snapshot:
         return not self.known and not self.facts
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _words(name: str) -> tuple[frozenset[str], ...]:
     """The analysed terms of each word of a name (query form: CJK as bigrams)."""
     words = []
@@ -117,56 +123,49 @@ def _words(name: str) -> tuple[frozenset[str], ...]:
     return tuple(words)
 
 
-def _build(workspace: Path, fact_files: FactFiles) -> _Snapshot:
+def _build(workspace: Path, fact_files: FactFiles, page_cache: _PageCache) -> _Snapshot:
+    """What auto-recall knows: one entity per page, and one per name the facts mention
+    that no page has; a name two pages share brings both."""
     snap = _Snapshot()
-    pages = read_pages(workspace)
+    pages = read_pages(workspace, page_cache)
     by_source = fact_files.read()
     snap.facts_by_source = by_source
     snap.facts = sum(map(len, by_source.values()))
-    index: dict[str, int] = {}  # entity key -> position in `known`
-    names: dict[int, list[str]] = {}
-    pages_of: dict[int, EntityPage] = {}
+    index: dict[str, list[int]] = {}  # entity key -> entities it names
+    names: list[list[str]] = []
+    owners: list[EntityPage | None] = []
     for slug, page in pages.items():
-        keys = [entity_key(n) for n in page.names()]
-        at = next((index[k] for k in keys if k in index), None)
-        if at is None:
-            at = len(names)
-            names[at] = []
-            pages_of[at] = page
-        for k, n in zip(keys, page.names(), strict=True):
-            if k and k not in index:
-                index[k] = at
-                names[at].append(n)
+        at = len(names)
+        names.append(page.names())
+        owners.append(page)
+        for n in names[at]:
+            k = name_key(n)
+            if k and at not in index.setdefault(k, []):
+                index[k].append(at)
         snap.by_slug[slug] = at
     facts_of: dict[int, list[Fact]] = {}
     for facts in by_source.values():
         for f in facts:
             for e in f.entities:
-                k = entity_key(e)
+                k = name_key(e)
                 if not k:
                     continue
-                at = index.get(k)
-                if at is None:
-                    at = index[k] = len(names)
-                    names[at] = [e]
-                facts_of.setdefault(at, []).append(f)
-                snap.entity_of_fact.setdefault(f.id, []).append(at)
-    analysed: dict[str, tuple[frozenset[str], ...]] = {}
-    for at in range(len(names)):
-        own = pages_of.get(at)
+                if k not in index:
+                    index[k] = [len(names)]
+                    names.append([e])
+                    owners.append(None)
+                for at in index[k]:
+                    facts_of.setdefault(at, []).append(f)
+    for at, own in enumerate(owners):
         display = own.name if own else names[at][0]
         superseded = {h.id for h in own.history} if own else set()
         facts = [f for f in current_facts(facts_of.get(at, ())) if f.id not in superseded]
-        snap.known.append(Known(entity_key(display), display, own, tuple(facts)))
+        snap.known.append(Known(name_key(display), display, own, tuple(facts)))
         for n in names[at]:
-            words = analysed.get(n)
-            if words is None:
-                words = analysed[n] = _words(n)
-            if not words:
-                continue
-            # Filed under the rarest-looking term of its first word (the longest).
-            for term in words[0]:
-                snap.terms.setdefault(term, []).append((at, words))
+            words = _words(n)
+            if words:  # filed under each term of its first word
+                for term in words[0]:
+                    snap.terms.setdefault(term, []).append((at, words))
     return snap
 
 
@@ -179,45 +178,67 @@ class Recall:
         config: AutoRecallConfig,
         memory: Memory | None = None,
         *,
-        max_age_s: float = 30.0,
+        max_age_s: float = 600.0,
     ) -> None:
         self.workspace = workspace
         self.config = config
         self.memory = memory
+        #: Read again after this long even when no indexing pass said anything changed
+        #: (the watcher off, a file edited while the engine was stopped).
         self.max_age_s = max_age_s
         self._files = FactFiles(workspace)
+        self._pages: _PageCache = {}
         self._snap: _Snapshot | None = None
         self._built = 0.0
+        self._generation = -1  # Memory.generation the snapshot was built at
         self._lock = threading.Lock()  # one rebuild at a time
-        self._refreshing = False
+        self._refreshing: threading.Event | None = None
 
     # --- what it knows ------------------------------------------------------
 
     def refresh(self) -> None:
-        """Reads the bank and the daily logs again (what changed) now."""
+        """Reads the bank and the daily logs again (only files whose stat changed) now."""
         with self._lock:
             started = time.monotonic()
+            generation = self.memory.generation if self.memory is not None else 0
             try:
-                snap = _build(self.workspace, self._files)
+                snap = _build(self.workspace, self._files, self._pages)
             except Exception:  # recall is a help: a broken file must not stop turns
                 log.exception("auto-recall: reading the bank and the daily logs failed")
                 snap = self._snap or _Snapshot()
-            self._snap, self._built = snap, started
-            self._refreshing = False
+            self._snap, self._built, self._generation = snap, started, generation
 
-    def _current(self) -> _Snapshot:
-        snap = self._snap
-        if snap is None:
+    def _background(self, done: threading.Event) -> None:
+        try:
             self.refresh()
-            snap = self._snap
-            assert snap is not None
-        elif time.monotonic() - self._built > self.max_age_s and not self._refreshing:
-            self._refreshing = True
-            threading.Thread(target=self.refresh, name="klaw-recall", daemon=True).start()
+        finally:
+            self._refreshing = None
+            done.set()
+
+    def _current(self) -> _Snapshot | None:
+        """What it knows now; rebuilt in a background thread when an indexing pass
+        changed memory files (Memory.generation) or it is older than `max_age_s`. The
+        first call waits up to FIRST_WAIT_S for the first build."""
+        snap = self._snap
+        generation = self.memory.generation if self.memory is not None else 0
+        stale = (
+            snap is None
+            or generation != self._generation
+            or time.monotonic() - self._built > self.max_age_s
+        )
+        if stale and self._refreshing is None:
+            done = self._refreshing = threading.Event()
+            threading.Thread(
+                target=self._background, args=(done,), name="klaw-recall", daemon=True
+            ).start()
+            if snap is None:
+                done.wait(FIRST_WAIT_S)
+                return self._snap
         return snap
 
     def known(self) -> list[Known]:
-        return list(self._current().known)
+        snap = self._current()
+        return list(snap.known) if snap else []
 
     # --- one turn -----------------------------------------------------------
 
@@ -226,7 +247,7 @@ class Recall:
         if not self.config.enabled:
             return NOTHING
         snap = self._current()
-        if snap.empty:
+        if snap is None or snap.empty:
             return NOTHING
         text = "\n".join(t for t in texts if t)[-MAX_TEXT_CHARS:]
         if not text.strip():
