@@ -235,6 +235,58 @@ class Session:
     def created_at(self) -> str: ...
 
 @final
+class NewFact:
+    def __new__(
+        cls,
+        *,
+        fact_id: str,
+        content: str,
+        created_at: str,
+        line: int,
+        end_line: int,
+        kind: str | None = None,
+        confidence: float | None = None,
+        attribute: str | None = None,
+        day: str | None = None,
+        start_day: str | None = None,
+        end_day: str | None = None,
+        entities: list[tuple[str, list[str]]] = ...,
+    ) -> NewFact: ...
+
+@final
+class FactRow:
+    @property
+    def chunk_id(self) -> int: ...
+    @property
+    def fact_id(self) -> str: ...
+    @property
+    def kind(self) -> str | None: ...
+    @property
+    def confidence(self) -> float | None: ...
+    @property
+    def attribute(self) -> str | None: ...
+    @property
+    def day(self) -> str | None: ...
+    @property
+    def start_day(self) -> str | None: ...
+    @property
+    def end_day(self) -> str | None: ...
+    @property
+    def created_at(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def end_line(self) -> int: ...
+    @property
+    def entities(self) -> list[str]: ...
+    @property
+    def superseded_by(self) -> str | None: ...
+
+@final
 class Store:
     def __new__(
         cls, path: str | PathLike[str], dim: int | None = None, threads: int = 2
@@ -278,9 +330,10 @@ class Store:
         since: str | None = None,
         until: str | None = None,
         source: str | None = None,
+        ids: list[int] | None = None,
     ) -> list[Hit]:
         """Hybrid search ranked by `params` (the defaults when None), filtered by time
-        (ISO 8601) and source; best first."""
+        (ISO 8601) and source, or restricted to the chunks `ids` (facts); best first."""
     def vector_search(
         self,
         query_vec: bytes,
@@ -337,6 +390,10 @@ class Store:
     ) -> list[DocHit]:
         """Hybrid search of the docs ranked by `params` (the defaults and top_k 5 when
         None); best first."""
+    def replace_facts(self, path: str, facts: list[NewFact], vectors: bytes) -> list[int]: ...
+    def fact_ids(self, kinds: list[str] = ..., entities: list[list[str]] = ...) -> list[int]: ...
+    def facts(self, ids: list[int] | None = None, path: str | None = None) -> list[FactRow]: ...
+    def set_superseded(self, changes: list[tuple[int, str | None]]) -> int: ...
     def stats(self) -> list[tuple[str, int]]: ...
     def integrity_check(self) -> list[str]: ...
 

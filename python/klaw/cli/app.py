@@ -90,7 +90,14 @@ def _memory_save(a: argparse.Namespace) -> int:
 def _memory_search(a: argparse.Namespace) -> int:
     from klaw.cli.memory_cmds import search
 
-    return search(a.query, json_out=a.json, top_k=a.top_k, interactive=a.interactive)
+    return search(
+        a.query,
+        json_out=a.json,
+        top_k=a.top_k,
+        interactive=a.interactive,
+        kind=a.kind,
+        entity=a.entity,
+    )
 
 
 def _memory_import(a: argparse.Namespace) -> int:
@@ -547,6 +554,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="JSON output")
     sp.add_argument("--top-k", type=int, default=10, help="how many hits (default 10)")
     sp.add_argument("--interactive", action="store_true", help="ask queries in a loop")
+    sp.add_argument(
+        "--kind",
+        choices=["world", "experience", "opinion", "observation"],
+        help="only retained facts of this kind",
+    )
+    sp.add_argument("--entity", help="only retained facts about this person, place or project")
     sp = cmd(
         msub,
         "import",

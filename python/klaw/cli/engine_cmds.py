@@ -37,6 +37,8 @@ def status(json_out: bool = False) -> int:
     print(f"work    {r.in_flight} message(s) in flight")
     for name, count in sorted(r.counts.items()):
         print(f"store   {name}: {count}")
+    for name, state in sorted(r.mcp.items()):
+        print(f"mcp     {name}: {state}")
     return 0
 
 

@@ -60,7 +60,12 @@ def save(text: str, source: str = "manual") -> int:
 
 
 def search(
-    query: str | None, json_out: bool = False, top_k: int = 10, interactive: bool = False
+    query: str | None,
+    json_out: bool = False,
+    top_k: int = 10,
+    interactive: bool = False,
+    kind: str | None = None,
+    entity: str | None = None,
 ) -> int:
     from klaw.errors import KlawError
 
@@ -72,11 +77,11 @@ def search(
     paths = KlawPaths.from_env()
     if query and not interactive and engine_running(paths):
         # The engine owns klaw.db while it runs: ask it instead of opening the file.
-        return delegated_search(paths, query, top_k, json_out)
+        return delegated_search(paths, query, top_k, json_out, kind, entity)
     try:
         with _open() as mem:
             if query:
-                _print_hits(mem.search(query, top_k=top_k), json_out)
+                _print_hits(mem.search(query, top_k=top_k, kind=kind, entity=entity), json_out)
             if interactive:
                 print("Search your memory (empty line or Ctrl-D to quit).")
                 while True:
@@ -87,7 +92,7 @@ def search(
                         break
                     if not q:
                         break
-                    _print_hits(mem.search(q, top_k=top_k), json_out)
+                    _print_hits(mem.search(q, top_k=top_k, kind=kind, entity=entity), json_out)
     except KlawError as exc:
         return _err(str(exc))
     return 0

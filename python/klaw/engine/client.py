@@ -133,9 +133,16 @@ async def sessions(paths: KlawPaths, timeout: float = DEFAULT_TIMEOUT) -> Sessio
 
 
 async def memory_search(
-    paths: KlawPaths, query: str, top_k: int | None = None, timeout: float = DEFAULT_TIMEOUT
+    paths: KlawPaths,
+    query: str,
+    top_k: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    *,
+    kind: str | None = None,
+    entity: str | None = None,
 ) -> MemorySearchResult:
-    return await _typed(paths, MemorySearch(query=query, top_k=top_k), MemorySearchResult, timeout)
+    req = MemorySearch(query=query, top_k=top_k, kind=kind, entity=entity)
+    return await _typed(paths, req, MemorySearchResult, timeout)
 
 
 def call(paths: KlawPaths, msg: Request, timeout: float = DEFAULT_TIMEOUT) -> Message:

@@ -511,7 +511,7 @@ class EngineServer:
                 message="this engine runs without memory",
                 ref=req.id,
             )
-        hits = await self.memory.asearch(req.query, req.top_k)
+        hits = await self.memory.asearch(req.query, req.top_k, kind=req.kind, entity=req.entity)
         return MemorySearchResult(
             id=req.id,
             hits=[

@@ -363,6 +363,10 @@ class Memory:
         if isinstance(self.backend, OnnxBackend):
             # One crossing: chunk, hash, embed through the cache and replace, GIL free.
             c = self.config.memory.chunking
+        from klaw.memory import facts  # its Retain bullets, after its chunks
+
+        logged = facts.is_log(label)
+        before = facts.entity_names_of(self, label) if logged else set()
             stored, _ = _core.index_document(
                 self.store,
                 self.backend.embedder,
@@ -383,7 +387,8 @@ class Memory:
             return stored
         # Ollama embeds over HTTP from Python: the same steps, one crossing each.
         new = self._new_chunks(self._chunks(text))
-        del text
+            if logged:
+                facts.index_facts(self, label, text, before)
         vectors, _ = self._embed([c.content for c in new])
         ids = self.store.replace_file(
             label, source or label, digest, st.st_mtime, st.st_size, created, new, vectors
@@ -391,6 +396,8 @@ class Memory:
         return len(ids)
 
     def workspace_files(self) -> list[Path]:
+        if logged:
+            facts.index_facts(self, label, text, before)
         """MEMORY.md and memory/**/*.md of the workspace, summaries/**/*.md, core memory."""
         found = memory_files(self.paths.workspace)  # symlinks out of it left out
         if self.paths.summaries.is_dir():
@@ -433,7 +440,12 @@ class Memory:
         if report.indexed or report.removed:
             self.generation += 1
         return report
+                from klaw.memory import facts
 
+                gone = facts.entity_names_of(self, path) if facts.is_log(path) else set()
+
+                if gone:  # what its facts superseded is current again
+                    facts.supersede(self.store, gone)
     def import_path(self, path: Path | str) -> IndexReport:
         """Indexes one Markdown file or every *.md under a directory."""
         p = Path(path).resolve()
@@ -477,9 +489,14 @@ class Memory:
         recency: bool = True,
     ) -> list[Hit]:
         """Hybrid search: vector + keyword candidates fused (memory.search), the newer
-        of two close candidates first unless the query asks about the past; best first."""
+        of two close candidates first unless the query asks about the past; best first.
+        `kind` / `entity` search the retained facts of that kind / about that entity
+        instead (klaw.memory.facts); a hit holding a superseded fact gets the newer
+        fact above it."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("search query must not be empty")
+        kind: str | list[str] | None = None,
+        entity: str | None = None,
         s = self.config.memory.search
         k = s.top_k if top_k is None else top_k
         if k <= 0:
@@ -492,14 +509,22 @@ class Memory:
         params = self.search_params(
             k, recency=s.recency if recent else 0.0, keyword_pivot=self.keyword_pivot()
         )
-        return self.store.search(
-            qvec, query, params, since=to_iso(since), until=to_iso(until), source=source
+        from klaw.memory import facts
+
+        ids = None
+        if kind is not None or entity is not None:
+            ids = facts.filter_ids(self, kind, entity)
+            if not ids:
+                return []
+        hits = self.store.search(
+            qvec, query, params, since=to_iso(since), until=to_iso(until), source=source, ids=ids
         )
 
     def search_params(
         self, top_k: int, *, recency: float = 0.0, keyword_pivot: int = 0
     ) -> _core.SearchParams:
         """memory.search's ranking for `top_k` results, for memory and the docs alike."""
+        return facts.newer_first(self.store, hits, k)
         s = self.config.memory.search
         wv, wk = self.fusion_weights()
         return _core.SearchParams(

@@ -20,11 +20,17 @@ not folded into the next. What waits (`Backlog`) is every user and assistant mes
 of the segment after the newest summary's last one, oldest first: however many wait,
 none is skipped, so the numbering counts every message summarized.
 
+The same model call also extracts retained facts (issue 25 item 1): its answer may end
+with a `=== RETAIN ===` line and bullets in the retain format; `split_answer` takes
+them apart and `retain_extracted` appends the valid ones to the day's log
+(klaw.memory.retain) and indexes it.
+
 Who decides when to summarize, and asks a model, is klaw.scheduler.summaries.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -33,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from klaw.fsutil import atomic_write
+from klaw.memory.retain import append_retain
 
 if TYPE_CHECKING:
     from klaw._core import Store
@@ -40,19 +47,31 @@ if TYPE_CHECKING:
     from klaw.memory.rows import StoredMessage
 
 __all__ = [
+    "MAX_RETAIN_BULLETS",
     "MAX_SUMMARY_BYTES",
+    "RETAIN_MARK",
     "Backlog",
     "Covered",
     "backlog",
     "newest_summary",
+    "retain_extracted",
     "segment_summary",
+    "split_answer",
     "write_summary",
 ]
+
+log = logging.getLogger("klaw.memory")
 
 MAX_SUMMARY_BYTES: Final = 16 * 1024  # more could never fit beside the window
 #: Rows read at once; a backlog larger than this is walked in log order instead.
 WINDOW: Final = 400
 PAGE: Final = 500
+
+#: The line between the summary and the retain bullets in the model's answer.
+RETAIN_MARK: Final = "=== RETAIN ==="
+#: Bullets taken from one answer (the prompt asks for at most five).
+MAX_RETAIN_BULLETS: Final = 12
+_MARK = re.compile(r"^\s*(?:=+\s*RETAIN\s*=+|#+\s*Retain)\s*$", re.I | re.M)
 
 _NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})_msg_(\d+)_(\d+)\.md$")
 _TS = r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)"
@@ -250,3 +269,51 @@ def _day(ts: str, zone: tzinfo | None) -> str:
     except ValueError:  # not a time: the file still needs a name
         return ts[:10]
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(zone).date().isoformat()
+
+
+def split_answer(answer: str) -> tuple[str, list[str] | None]:
+    """(the summary, the retain bullets) of a summarizer's answer; the bullets are
+    None when the answer has no `=== RETAIN ===` part (an empty list: it has one
+    without bullets)."""
+    m = _MARK.search(answer)
+    if m is None:
+        return answer.strip(), None
+    bullets = [
+        line.strip()[1:].strip()
+        for line in answer[m.end() :].splitlines()
+        if line.strip()[:1] in ("-", "*", "+")
+    ]
+    return answer[: m.start()].strip(), bullets
+
+
+def retain_extracted(memory: Memory, day: str, bullets: list[str], why: str) -> list[str]:
+    """Appends the valid `bullets` (a type prefix, nothing unreadable) to the Retain
+    section of the workspace's `memory/<day>.md` and indexes the log; returns the lines
+    written (none: those it holds already). Invalid ones are logged and left out; one
+    commit when memory is versioned (klaw.memory.versioning), `why` saying from what."""
+    from klaw.memory.retain import bullet_text, parse_bullet
+    from klaw.memory.versioning import versioner
+
+    source = f"memory/{day}.md"
+    valid: list[str] = []
+    for raw in bullets[:MAX_RETAIN_BULLETS]:
+        body = bullet_text(raw)
+        if body is None:
+            continue
+        fact = parse_bullet(body, source=source, line=0)
+        if fact.kind is None or fact.problem:
+            log.info("retain bullet left out (%s): %.80s", fact.problem or "no type prefix", body)
+            continue
+        valid.append(body)
+    if len(bullets) > MAX_RETAIN_BULLETS:
+        log.info("%d retain bullets: the first %d kept", len(bullets), MAX_RETAIN_BULLETS)
+    if not valid:
+        log.warning("no usable retain bullets in the answer (%s): nothing retained", why)
+        return []
+    workspace = memory.paths.workspace
+    path = workspace / "memory" / f"{day}.md"
+    with versioner(workspace, memory.config).change([path], f"retain: facts for {day}", why):
+        written = append_retain(workspace, day, valid)
+    if written:
+        memory.index_file(path)
+    return written

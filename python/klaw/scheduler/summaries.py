@@ -22,7 +22,14 @@ from zoneinfo import ZoneInfo
 
 from klaw.errors import Cancelled, KlawError
 from klaw.lanes import SUBAGENT_CHAT_PREFIX
-from klaw.memory.summaries import Covered, backlog, write_summary
+from klaw.memory.summaries import (
+    RETAIN_MARK,
+    Covered,
+    backlog,
+    retain_extracted,
+    split_answer,
+    write_summary,
+)
 from klaw.scheduler.ports import BackgroundRequest
 
 if TYPE_CHECKING:
@@ -51,7 +58,17 @@ SYSTEM: Final = (
     "for the assistant's long-term memory. Keep facts, names, dates, decisions, "
     "preferences and open tasks; drop greetings and small talk. Write in the language "
     "of the conversation, in at most 200 words of plain Markdown (bullet points are "
-    "fine), with no preamble."
+    "fine), with no preamble.\n\n"
+    f"Then write a line {RETAIN_MARK} and under it 0 to 5 facts worth keeping for "
+    "months (none when nothing durable was said), one bullet each, in this form:\n"
+    "- W @Anna: Anna lives in Berlin with her two cats.\n"
+    "- O(c=0.8) @Owner: Prefers short answers in the morning.\n"
+    "W is a fact about the world, B something the user or the assistant did, O an "
+    "opinion or preference with c the confidence from 0.0 to 1.0, S an observation. "
+    'Mark each person, place or project with @Name (@"Two Words" for a name with '
+    "spaces). When a fact states where someone lives, works or another attribute that "
+    "can change, add it after the letter: W(a=home), W(a=job). Each bullet must make "
+    "sense on its own later, in the language of the conversation."
 )
 
 
@@ -156,10 +173,11 @@ class Summarizer:
             self._skip.pop(chat_id, None)
             request = BackgroundRequest(SYSTEM, _transcript(waiting.fold, rows))
             try:
-                text = (await self.turns.complete_background(request, self._model())).strip()
+                answer = await self.turns.complete_background(request, self._model())
             except KlawError as exc:  # no model answered
                 log.warning("no model to summarize %s (%s): trying again later", chat_id, exc)
                 return written
+            text, bullets = split_answer(answer)
             if not text:
                 log.warning("the model returned an empty summary for %s", chat_id)
                 return written
@@ -174,10 +192,22 @@ class Summarizer:
             )
             waiting.covered(summary)
             written += 1
+            await asyncio.to_thread(self._retain, chat_id, summary, bullets)
             await asyncio.to_thread(self._written, chat_id, text)
             log.info(
                 "summary of %s written: %s (%d messages)", chat_id, summary.path.name, len(rows)
             )
+
+    def _retain(self, chat_id: str, summary: Covered, bullets: list[str] | None) -> None:
+        """The facts extracted with the summary, into the log of the summary's day."""
+        if bullets is None:
+            log.warning("the summary of %s came without its retain part: nothing retained", chat_id)
+            return
+        why = f"extracted with the summary {summary.path.name} of {chat_id}"
+        try:
+            retain_extracted(self.memory, summary.path.name[:10], bullets, why)
+        except (OSError, KlawError) as exc:  # the summary is written either way
+            log.warning("retaining the facts of %s failed: %s", chat_id, exc)
 
     def _written(self, chat_id: str, text: str) -> None:
         for subscriber in self.on_written:

@@ -52,13 +52,19 @@ def _parse_when(
     return when
 
 
-def format_hits(hits: list[Hit], zone: tzinfo | None = None) -> str:
+def format_hits(
+    hits: list[Hit], zone: tzinfo | None = None, notes: dict[int, str] | None = None
+) -> str:
     """Numbered hits, each headed by its citation (`memory/2026-02-24.md#L12-L30`) and
-    its day in the owner's zone (`zone`, None: the host's)."""
+    its day in the owner's zone (`zone`, None: the host's), and a hit's note (a
+    superseded fact it holds) by hit id."""
     blocks = []
     for i, h in enumerate(hits, 1):
         date = _day(h.created_at, zone) if h.created_at else "undated"
-        blocks.append(f"[{i}] {h.citation} ({date}, score {h.score:.3f})\n{h.content.strip()}")
+        note = f"; {notes[h.id]}" if notes and h.id in notes else ""
+        blocks.append(
+            f"[{i}] {h.citation} ({date}, score {h.score:.3f}{note})\n{h.content.strip()}"
+        )
     return "\n\n".join(blocks)
 
 
@@ -111,7 +117,9 @@ class MemorySearch(Tool):
     description = (
         "Search archival memory (notes, daily logs, summaries, saved facts) by meaning and "
         "keywords. Results cite their source; filter by date range or source. Time words "
-        "in the query (last week, в прошлом месяце, 上周) put dated notes of that time first."
+        "in the query (last week, в прошлом месяце, 上周) put dated notes of that time first. "
+        "`kind`/`entity` search the retained facts (one line each) of that kind or about "
+        "that person, place or project; a newer fact comes before one it supersedes."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -121,6 +129,16 @@ class MemorySearch(Tool):
             "since": {"type": "string", "description": "ISO date/datetime, inclusive"},
             "until": {"type": "string", "description": "ISO date/datetime, inclusive"},
             "source": {"type": "string", "description": "e.g. MEMORY.md or memory_save"},
+            "kind": {
+                "type": "string",
+                "enum": ["world", "experience", "opinion", "observation"],
+                "description": "only retained facts of this kind",
+            },
+            "entity": {
+                "type": "string",
+                "minLength": 1,
+                "description": "only retained facts about this person, place or project",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -144,6 +162,9 @@ class MemorySearch(Tool):
             if str(args["source"]).startswith("chat:"):
                 raise ToolError("past messages are searched with conversation_search")
             filters["source"] = args["source"]
+        for key in ("kind", "entity"):  # retained facts only (klaw.memory.facts)
+            if key in args:
+                filters[key] = str(args[key])
         top_k = int(args["top_k"]) if "top_k" in args else None
         text, when = self.time_words.range(query, args)
         hits = []
@@ -158,7 +179,10 @@ class MemorySearch(Tool):
             hits += [h for h in more if h.id not in seen][: want - len(hits)]
         if not hits:
             return f"No memories found for {query!r}."
-        return format_hits(hits, self.time_words.zone)
+        from klaw.memory.facts import superseded_notes
+
+        notes = await asyncio.to_thread(superseded_notes, self.memory.store, hits)
+        return format_hits(hits, self.time_words.zone, notes)
 
 
 class ConversationSearch(Tool):

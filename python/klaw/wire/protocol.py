@@ -427,6 +427,8 @@ class MemorySearch(_Model):
     id: str = Field(default_factory=new_id)
     query: str = Field(min_length=1)
     top_k: int | None = Field(default=None, gt=0, le=100)
+    kind: str | None = None  # retained facts of this kind only
+    entity: str | None = Field(default=None, min_length=1)  # ... about this entity
 
 
 class SearchHit(_Model):

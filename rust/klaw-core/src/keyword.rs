@@ -130,8 +130,28 @@ impl KeywordIndex {
         Ok(())
     }
 
+    /// `search` among the documents `ids` only (the facts a filter selects).
+    pub fn search_in(&self, query: &str, k: usize, ids: &[i64]) -> Result<Vec<(i64, f32)>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let only: Box<dyn Query> = Box::new(tantivy::query::TermSetQuery::new(
+            ids.iter().map(|&i| Term::from_field_u64(self.id, i as u64)),
+        ));
+        self.search_with(query, k, Some(only))
+    }
+
     /// BM25 top-`k` ids for a natural-language query (terms OR-ed), best first.
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<(i64, f32)>> {
+        self.search_with(query, k, None)
+    }
+
+    fn search_with(
+        &self,
+        query: &str,
+        k: usize,
+        only: Option<Box<dyn Query>>,
+    ) -> Result<Vec<(i64, f32)>> {
         let mut terms = analyze(query, Mode::Query);
         terms.sort();
         terms.dedup();
@@ -148,7 +168,13 @@ impl KeywordIndex {
                 (Occur::Should, q)
             })
             .collect();
-        let q = BooleanQuery::new(clauses);
+        let mut q = BooleanQuery::new(clauses);
+        if let Some(only) = only {
+            q = BooleanQuery::new(vec![
+                (Occur::Must, Box::new(q) as Box<dyn Query>),
+                (Occur::Must, only),
+            ]);
+        }
         let searcher = self.reader.searcher();
         let top = searcher.search(&q, &TopDocs::with_limit(k))?;
         let mut out = Vec::with_capacity(top.len());

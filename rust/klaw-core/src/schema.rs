@@ -3,7 +3,7 @@
 use crate::error::{CoreError, Result};
 use rusqlite::Connection;
 
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`.
 fn migrations(dim: usize) -> Vec<String> {
@@ -103,6 +103,32 @@ CREATE VIRTUAL TABLE docs_fts USING fts5(section, content, content=doc_chunks, c
         // 3: the docs are searched like archival memory (int8 + tantivy, in memory),
         // so their FTS5 table goes.
         "DROP TABLE IF EXISTS docs_fts;".to_string(),
+        // 4: retained facts (store/facts.rs), one per fact chunk; an entity's name
+        // has a row with term NULL and one per analysed term of it.
+        r"
+CREATE TABLE facts (
+    chunk_id INTEGER PRIMARY KEY REFERENCES memory_chunks(id) ON DELETE CASCADE,
+    fact_id TEXT NOT NULL,
+    kind TEXT,
+    confidence REAL,
+    attribute TEXT,
+    day TEXT,
+    start_day TEXT,
+    end_day TEXT,
+    superseded_by TEXT
+);
+CREATE INDEX idx_facts_fact ON facts(fact_id);
+CREATE INDEX idx_facts_kind ON facts(kind);
+CREATE TABLE fact_entities (
+    chunk_id INTEGER NOT NULL REFERENCES facts(chunk_id) ON DELETE CASCADE,
+    ord INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    term TEXT
+);
+CREATE INDEX idx_fact_entities_term ON fact_entities(term);
+CREATE INDEX idx_fact_entities_chunk ON fact_entities(chunk_id);
+"
+        .to_string(),
     ]
 }
 

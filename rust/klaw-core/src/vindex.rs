@@ -189,6 +189,28 @@ impl VectorIndex {
         true
     }
 
+    /// Approximate int8 scores of the given ids (the absent left out), with their
+    /// (created, source) metadata: a search restricted to a known set of chunks (the
+    /// facts a filter selects) scores just those, without scanning the index.
+    pub fn score_ids(&self, query: &[f32], ids: &[i64]) -> Vec<(i64, f32, i64, u32)> {
+        if query.len() != self.dim {
+            return Vec::new();
+        }
+        let (q, _) = quantize(query);
+        ids.iter()
+            .filter_map(|id| {
+                let s = *self.slot.get(id)?;
+                let d = dot_i8(&q, &self.codes[s * self.dim..(s + 1) * self.dim]);
+                Some((
+                    *id,
+                    d as f32 * self.scales[s],
+                    self.created[s],
+                    self.sources[s],
+                ))
+            })
+            .collect()
+    }
+
     /// (created_at seconds, source id) of an id.
     pub fn meta(&self, id: i64) -> Option<(i64, u32)> {
         self.slot

@@ -9,6 +9,7 @@ mod chunk;
 mod docs;
 mod embed;
 mod errors;
+mod facts;
 mod record;
 mod reindex;
 mod search;
@@ -22,6 +23,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     chunk::register(m)?;
     tokens::register(m)?;
     store::register(m)?;
+    facts::register(m)?;
     search::register(m)?;
     docs::register(m)?;
     embed::register(m)?;

@@ -2,6 +2,7 @@
 
 use crate::docs::{PyDocChunk, PyDocHit};
 use crate::errors::to_py;
+use crate::facts::{PyFactRow, PyNewFact};
 use crate::search::PySearchParams;
 use klaw_core::store::{FileState, Filter, Hit, MessageRow, NewChunk, Store};
 use klaw_core::timeutil::parse_iso;
@@ -437,7 +438,7 @@ impl PyStore {
     /// Hybrid search ranked by `params` (the defaults when None), filtered by time
     /// and source.
     #[pyo3(signature = (query_vec, query_text, params = None, *, since = None, until = None,
-                        source = None))]
+                        source = None, ids = None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -448,12 +449,14 @@ impl PyStore {
         since: Option<String>,
         until: Option<String>,
         source: Option<String>,
+        ids: Option<Vec<i64>>,
     ) -> PyResult<Vec<PyHit>> {
         let q = query_vec.map(floats).transpose()?;
         let f = Filter {
             since: iso("since", since)?,
             until: iso("until", until)?,
             source,
+            ids: ids.map(std::sync::Arc::new),
         };
         let p = PySearchParams::or_default(params, 10);
         let hits = py
@@ -480,6 +483,7 @@ impl PyStore {
             since: iso("since", since)?,
             until: iso("until", until)?,
             source,
+            ids: None,
         };
         py.detach(|| self.inner.vector_search(&q, k, &f))
             .map_err(to_py)
@@ -511,6 +515,7 @@ impl PyStore {
             since: iso("since", since)?,
             until: iso("until", until)?,
             source,
+            ids: None,
         };
         py.detach(|| self.inner.keyword_search(&text, k, &f))
             .map_err(to_py)
@@ -682,6 +687,57 @@ impl PyStore {
             })
             .map_err(to_py)?;
         Ok(hits.into_iter().map(PyDocHit::from).collect())
+    }
+
+    /// Replaces the retained facts of the indexed file `path`; returns their chunk ids.
+    fn replace_facts(
+        &self,
+        py: Python<'_>,
+        path: String,
+        facts: Vec<PyNewFact>,
+        vectors: &[u8],
+    ) -> PyResult<Vec<i64>> {
+        let v = floats(vectors)?;
+        let facts: Vec<_> = facts.into_iter().map(|f| f.0).collect();
+        py.detach(|| self.inner.replace_facts(&path, &facts, &v))
+            .map_err(to_py)
+    }
+
+    /// Chunk ids of the facts of `kinds` (any when empty) about one of `entities`
+    /// (each the analysed terms of a name; any entity when empty).
+    #[pyo3(signature = (kinds = Vec::new(), entities = Vec::new()))]
+    fn fact_ids(
+        &self,
+        py: Python<'_>,
+        kinds: Vec<String>,
+        entities: Vec<Vec<String>>,
+    ) -> PyResult<Vec<i64>> {
+        py.detach(|| self.inner.fact_ids(&kinds, &entities))
+            .map_err(to_py)
+    }
+
+    /// The facts with these chunk ids (in that order), or of `path`, or all.
+    #[pyo3(signature = (ids = None, path = None))]
+    fn facts(
+        &self,
+        py: Python<'_>,
+        ids: Option<Vec<i64>>,
+        path: Option<String>,
+    ) -> PyResult<Vec<PyFactRow>> {
+        let rows = py
+            .detach(|| self.inner.facts(ids.as_deref(), path.as_deref()))
+            .map_err(to_py)?;
+        Ok(rows.into_iter().map(PyFactRow::from).collect())
+    }
+
+    /// Sets (None: clears) the fact id superseding each fact chunk; returns rows changed.
+    fn set_superseded(
+        &self,
+        py: Python<'_>,
+        changes: Vec<(i64, Option<String>)>,
+    ) -> PyResult<usize> {
+        py.detach(|| self.inner.set_superseded(&changes))
+            .map_err(to_py)
     }
 
     fn stats(&self, py: Python<'_>) -> PyResult<Vec<(String, i64)>> {

@@ -18,11 +18,13 @@ use std::sync::{Mutex, Once, RwLock};
 
 mod chunks;
 mod docs;
+mod facts;
 mod messages;
 mod search;
 mod sessions;
 pub use chunks::{FileState, NewChunk};
 pub use docs::{DocChunk, DocHit};
+pub use facts::{FactRow, NewFact, FACT_SOURCE_PREFIX};
 pub use messages::{fts5_or_query, MessageRow};
 pub use search::{Filter, Hit};
 
@@ -98,7 +100,8 @@ impl MemIndex {
         let i = self.sources.len() as u32;
         self.sources.push(source.to_string());
         self.source_ids.insert(source.to_string(), i);
-        let chat = source.starts_with(CHAT_SOURCE_PREFIX);
+        // Conversations and facts are searched only when asked for.
+        let chat = source.starts_with(CHAT_SOURCE_PREFIX) || source.starts_with(FACT_SOURCE_PREFIX);
         self.chat.push(chat);
         self.has_chats |= chat;
         i

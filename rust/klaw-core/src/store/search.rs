@@ -5,6 +5,7 @@ use super::{f32_bytes, fetch_scored, Inner, MemIndex, Store, CHAT_SOURCE_PREFIX}
 use crate::error::{CoreError, Result};
 use crate::search::{hybrid_terms, int8_candidates, rescore, FusionParams};
 use rusqlite::{params, Connection, OptionalExtension};
+use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 pub struct Hit {
@@ -51,11 +52,18 @@ pub struct Filter {
     pub since: Option<i64>,
     pub until: Option<i64>,
     pub source: Option<String>,
+    /// Only these chunks (sorted ids: the facts a kind or entity filter selects),
+    /// hidden sources included.
+    pub ids: Option<Arc<Vec<i64>>>,
 }
 
 impl Filter {
     pub fn is_empty(&self) -> bool {
-        self.since.is_none() && self.until.is_none() && self.source.is_none()
+        self.since.is_none() && self.until.is_none() && self.source.is_none() && self.ids.is_none()
+    }
+
+    fn in_time(&self, created: i64) -> bool {
+        self.since.is_none_or(|s| created >= s) && self.until.is_none_or(|u| created <= u)
     }
 }
 
@@ -72,8 +80,7 @@ impl MemIndex {
     }
 
     fn allows_meta(&self, created: i64, src: u32, f: &Filter, source: Option<u32>) -> bool {
-        f.since.is_none_or(|s| created >= s)
-            && f.until.is_none_or(|u| created <= u)
+        f.in_time(created)
             && match f.source {
                 None => !self.chat.get(src as usize).copied().unwrap_or(false),
                 Some(_) => Some(src) == source,
@@ -104,14 +111,28 @@ impl Store {
         }
         let cands = {
             let mem = inner.mem()?;
-            let src = Self::source_filter(&mem, f);
-            if f.source.is_some() && src.is_none() {
-                return Ok(Vec::new());
+            if let Some(ids) = &f.ids {
+                // A known set: score just its chunks (int8), then rescore the best.
+                let mut scored: Vec<(i64, f32)> = mem
+                    .vindex
+                    .score_ids(query, ids)
+                    .into_iter()
+                    .filter(|&(_, _, created, _)| f.in_time(created))
+                    .map(|(id, score, _, _)| (id, score))
+                    .collect();
+                scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                scored.truncate(int8_candidates(k));
+                scored
+            } else {
+                let src = Self::source_filter(&mem, f);
+                if f.source.is_some() && src.is_none() {
+                    return Ok(Vec::new());
+                }
+                let check = mem.filters(f);
+                let allow = |created: i64, s: u32| !check || mem.allows_meta(created, s, f, src);
+                mem.vindex
+                    .search(query, int8_candidates(k), self.threads, &allow)
             }
-            let check = mem.filters(f);
-            let allow = |created: i64, s: u32| !check || mem.allows_meta(created, s, f, src);
-            mem.vindex
-                .search(query, int8_candidates(k), self.threads, &allow)
         };
         // Exact float rescoring from vec_memory.
         let r = inner.reader.lock().map_err(|_| CoreError::Closed)?;
@@ -122,6 +143,13 @@ impl Store {
     }
 
     fn keyword_ids(inner: &Inner, text: &str, k: usize, f: &Filter) -> Result<Vec<(i64, f32)>> {
+        if let Some(ids) = &f.ids {
+            let mut got = inner.keyword.search_in(text, k.max(1) * 4, ids)?;
+            let mem = inner.mem()?;
+            got.retain(|(id, _)| mem.vindex.meta(*id).is_some_and(|(c, _)| f.in_time(c)));
+            got.truncate(k);
+            return Ok(got);
+        }
         if !inner.mem()?.filters(f) {
             return inner.keyword.search(text, k);
         }
