@@ -360,13 +360,13 @@ class Memory:
             log.info("indexing %s (%d KiB)", label, st.st_size // 1024)
         created = self._dated(p.name) or to_iso(datetime.fromtimestamp(st.st_mtime, UTC))
         assert created is not None
-        if isinstance(self.backend, OnnxBackend):
-            # One crossing: chunk, hash, embed through the cache and replace, GIL free.
-            c = self.config.memory.chunking
         from klaw.memory import facts  # its Retain bullets, after its chunks
 
         logged = facts.is_log(label)
         before = facts.entity_names_of(self, label) if logged else set()
+        if isinstance(self.backend, OnnxBackend):
+            # One crossing: chunk, hash, embed through the cache and replace, GIL free.
+            c = self.config.memory.chunking
             stored, _ = _core.index_document(
                 self.store,
                 self.backend.embedder,
@@ -384,20 +384,20 @@ class Memory:
                 batch_size=self.config.memory.embedding.batch_size,
                 cancel=self._cancel,
             )
+            if logged:
+                facts.index_facts(self, label, text, before)
             return stored
         # Ollama embeds over HTTP from Python: the same steps, one crossing each.
         new = self._new_chunks(self._chunks(text))
-            if logged:
-                facts.index_facts(self, label, text, before)
         vectors, _ = self._embed([c.content for c in new])
         ids = self.store.replace_file(
             label, source or label, digest, st.st_mtime, st.st_size, created, new, vectors
         )
+        if logged:
+            facts.index_facts(self, label, text, before)
         return len(ids)
 
     def workspace_files(self) -> list[Path]:
-        if logged:
-            facts.index_facts(self, label, text, before)
         """MEMORY.md and memory/**/*.md of the workspace, summaries/**/*.md, core memory."""
         found = memory_files(self.paths.workspace)  # symlinks out of it left out
         if self.paths.summaries.is_dir():
@@ -435,17 +435,17 @@ class Memory:
                 ("memory/", "summaries/", "bank/")
             )
             if owned and path not in present:
+                from klaw.memory import facts
+
+                gone = facts.entity_names_of(self, path) if facts.is_log(path) else set()
                 self.store.remove_file(path)
+                if gone:  # what its facts superseded is current again
+                    facts.supersede(self.store, gone)
                 report.removed.append(path)
         if report.indexed or report.removed:
             self.generation += 1
         return report
-                from klaw.memory import facts
 
-                gone = facts.entity_names_of(self, path) if facts.is_log(path) else set()
-
-                if gone:  # what its facts superseded is current again
-                    facts.supersede(self.store, gone)
     def import_path(self, path: Path | str) -> IndexReport:
         """Indexes one Markdown file or every *.md under a directory."""
         p = Path(path).resolve()
@@ -487,6 +487,8 @@ class Memory:
         source: str | None = None,
         *,
         recency: bool = True,
+        kind: str | list[str] | None = None,
+        entity: str | None = None,
     ) -> list[Hit]:
         """Hybrid search: vector + keyword candidates fused (memory.search), the newer
         of two close candidates first unless the query asks about the past; best first.
@@ -495,8 +497,6 @@ class Memory:
         fact above it."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("search query must not be empty")
-        kind: str | list[str] | None = None,
-        entity: str | None = None,
         s = self.config.memory.search
         k = s.top_k if top_k is None else top_k
         if k <= 0:
@@ -519,12 +519,12 @@ class Memory:
         hits = self.store.search(
             qvec, query, params, since=to_iso(since), until=to_iso(until), source=source, ids=ids
         )
+        return facts.newer_first(self.store, hits, k)
 
     def search_params(
         self, top_k: int, *, recency: float = 0.0, keyword_pivot: int = 0
     ) -> _core.SearchParams:
         """memory.search's ranking for `top_k` results, for memory and the docs alike."""
-        return facts.newer_first(self.store, hits, k)
         s = self.config.memory.search
         wv, wk = self.fusion_weights()
         return _core.SearchParams(
