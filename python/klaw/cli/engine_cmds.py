@@ -74,13 +74,20 @@ def engine_running(paths: KlawPaths) -> bool:
     return False
 
 
-def delegated_search(paths: KlawPaths, query: str, top_k: int, json_out: bool) -> int:
+def delegated_search(
+    paths: KlawPaths,
+    query: str,
+    top_k: int,
+    json_out: bool,
+    kind: str | None = None,
+    entity: str | None = None,
+) -> int:
     """`klaw memory search` through the running engine's socket."""
     from klaw.engine import client
     from klaw.errors import KlawError
 
     try:
-        r = asyncio.run(client.memory_search(paths, query, top_k))
+        r = asyncio.run(client.memory_search(paths, query, top_k, kind=kind, entity=entity))
     except KlawError as exc:
         return _err(str(exc))
     if json_out:
