@@ -165,23 +165,27 @@ class ConversationIndexer:
         self.max_wait_s = max_wait_s
         self._pending: dict[str, None] = {}
         self._wake = asyncio.Event()
+        self._last = 0.0  # loop time of the latest notify
         self.indexed = 0  # chunks written since start (status, tests)
         self.idle = asyncio.Event()
 
     async def _quiet(self, stop: asyncio.Event) -> None:
         """Waits until no reply came for `delay_s` (at most `max_wait_s` in all): a burst
-        of messages is answered first and indexed after, not in between."""
+        of messages is answered first and indexed after, not in between. It sleeps until
+        `delay_s` after the latest reply and looks again, rather than waking at each
+        reply (a task wake-up on every message's path)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_wait_s
         while not stop.is_set():
-            self._wake.clear()
-            left = deadline - loop.time()
-            if left <= 0 or not await _first_of(self._wake, stop, timeout=min(self.delay_s, left)):
+            until = min(self._last + self.delay_s, deadline)
+            if until <= loop.time():
                 return
+            await _first_of(stop, timeout=until - loop.time())
 
     def notify(self, chat_id: str) -> None:
         """A round of `chat_id` may be complete (call on the event loop)."""
         self._pending[chat_id] = None
+        self._last = asyncio.get_running_loop().time()
         self.idle.clear()
         self._wake.set()
 
@@ -197,6 +201,7 @@ class ConversationIndexer:
         while not stop.is_set():
             if not self._pending:
                 self.idle.set()
+                self._wake.clear()  # set by notifies already taken
                 await _first_of(self._wake, stop)
                 await self._quiet(stop)
                 continue
