@@ -4,6 +4,9 @@ server, the day's log in the workspace, the fact rows in klaw.db."""
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from klaw.config import load_engine_config
 from klaw.memory import Memory
 from klaw.memory.retain import parse_retain
 from klaw.memory.summaries import RETAIN_MARK, newest_summary, retain_extracted, split_answer
+from klaw.memory.versioning import versioner
 from klaw.paths import KlawPaths
 from klaw.scheduler.summaries import SYSTEM
 from scripted_llm import FakeLLM
@@ -113,3 +117,30 @@ def test_retain_extracted_twice_writes_once_and_indexes(memory: Memory) -> None:
     assert written == ["- W @Anna: Anna moved to Lisbon.", "- S: We talked about the move."]
     assert retain_extracted(memory, "2026-03-02", bullets, "a test") == []
     assert [f.line for f in memory.store.facts()] == [5, 6]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_retained_facts_are_one_commit_when_memory_is_versioned(memory: Memory) -> None:
+    ws = memory.paths.workspace
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env |= {"GIT_AUTHOR_NAME": "O", "GIT_AUTHOR_EMAIL": "o@x", "GIT_COMMITTER_NAME": "O"}
+    env |= {"GIT_COMMITTER_EMAIL": "o@x"}
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(ws), *args], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "owner: start")
+    retain_extracted(memory, "2026-03-02", ["W @Anna: Anna moved to Lisbon."], "the summary x")
+    assert versioner(ws, memory.config).flush(60)
+    assert git("log", "-1", "--format=%s|%b").strip() == (
+        "memory: retain: facts for 2026-03-02|the summary x"
+    )
+    assert "- W @Anna: Anna moved to Lisbon." in git("show", "HEAD:memory/2026-03-02.md")
+    retain_extracted(memory, "2026-03-02", ["W @Anna: Anna moved to Lisbon."], "again")
+    assert versioner(ws, memory.config).flush(60)
+    assert len(git("log", "--format=%h").split()) == 2  # nothing new, no commit
