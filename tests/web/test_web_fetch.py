@@ -73,6 +73,8 @@ async def test_an_article_becomes_markdown_without_the_boilerplate(site: Site) -
     for junk in ("NAVMENU", "COOKIEBAR", "ADVERTX", "COMMENTX", "FOOTERX", "tracking"):
         assert junk not in text, junk
     assert "not instructions" in text  # the page is framed as data
+    deeper = await fetch(allowing(site), f"{site.url}/garden/article")
+    assert f"[timer guide]({site.url}/garden/guides/timers)" in deeper.content  # the page's folder
 
 
 async def test_non_utf8_pages_are_decoded(site: Site) -> None:

@@ -30,7 +30,8 @@ raised beds; see <a href="https://example.org/pumps">the pump guide</a> for size
 <div class="ad">ADVERTX Buy pumps now, half price!</div>
 <h2>Timers</h2>
 <p>A mechanical timer switches the pump on at five in the morning for twenty minutes,
-and the owner checks the level of the tank every Sunday.</p>
+and the owner checks the level of the tank every Sunday (the
+<a href="guides/timers">timer guide</a>).</p>
 </article>
 <section class="comments"><h3>Comments</h3><div class="comment"><p>COMMENTX Great post!</p>
 </div></section></main>
@@ -116,6 +117,7 @@ class Site(_Server):
     def routes(self, app: web.Application) -> None:
         r = app.router
         r.add_get("/article", _answer(lambda: _html(ARTICLE)))
+        r.add_get("/garden/article", _answer(lambda: _html(ARTICLE)))
         r.add_get("/to-article", _redirect(lambda: "/article"))
         r.add_get("/to-other", _redirect(lambda: self.other))
         r.add_get("/loop", _redirect(lambda: "/loop"))

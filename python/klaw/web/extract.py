@@ -92,16 +92,22 @@ _ADS = (
 _EXSLT = {"re": "http://exslt.org/regular-expressions"}
 
 
-def _without_ads(markup: str) -> Any:
+def _prepared(markup: str, url: str | None) -> Any:
+    """The parsed page without in-article ads, its links absolute (trafilatura resolves
+    a relative link against the site's root, not the page's folder)."""
     from trafilatura.utils import load_html
 
     tree = load_html(markup)
     if tree is None:
         return markup
     for element in tree.xpath(_ADS, namespaces=_EXSLT):
-        parent = element.getparent()
-        if parent is not None:
+        if element.getparent() is not None:
             element.drop_tree()  # keeps the text that follows it
+    if url:
+        try:
+            tree.make_links_absolute(url, resolve_base_href=True, handle_failures="discard")
+        except ValueError:
+            pass
     return tree
 
 
@@ -118,9 +124,9 @@ def html_to_markdown(markup: str, url: str | None = None) -> str:
         "with_metadata": False,
         "url": url,
     }
-    text = trafilatura.extract(_without_ads(markup), **options)
+    text = trafilatura.extract(_prepared(markup, url), **options)
     if not text:  # a short page or one without an article: take more rather than nothing
-        text = trafilatura.extract(_without_ads(markup), favor_recall=True, **options)
+        text = trafilatura.extract(_prepared(markup, url), favor_recall=True, **options)
     if not text:
         text = trafilatura.html2txt(markup)
     return (text or "").strip()
