@@ -168,3 +168,18 @@ async def test_the_spend_survives_a_restart(
     assert len(llm.requests) == 1
     line = json.loads(next(klaw_home.spend.iterdir()).read_text().splitlines()[0])
     assert line["source"] == "chat:telegram_1" and line["cost"] == pytest.approx(CALL_COST)
+
+
+async def test_background_calls_are_recorded_with_their_source(
+    engine: Any, llm: FakeLLM, klaw_home: KlawPaths
+) -> None:
+    from klaw.scheduler.ports import BackgroundRequest
+
+    pipeline = engine("")
+    answers(llm, 2)
+    for request in (BackgroundRequest("sum up", "rows"), BackgroundRequest("x", "y", "reflect")):
+        assert await asyncio.wait_for(pipeline.complete_background(request, "fake/m"), T) == "ok"
+    assert [(c.source, c.cost) for c in logged(klaw_home)] == [
+        ("summary", pytest.approx(CALL_COST)),
+        ("reflect", pytest.approx(CALL_COST)),
+    ]

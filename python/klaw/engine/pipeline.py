@@ -616,7 +616,7 @@ class Pipeline:
             Message(role="system", content=request.instructions),
             Message(role="user", content=request.text),
         ]
-        call = await self._background_call(LlmRequest(messages=messages), model, "summary")
+        call = await self._background_call(LlmRequest(messages=messages), model, request.source)
         return call.content or ""
 
     async def _background_call(self, request: LlmRequest, model: str, source: str) -> LlmResponse:

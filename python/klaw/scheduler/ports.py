@@ -24,10 +24,12 @@ Reply = Callable[[Outbound | Error], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class BackgroundRequest:
-    """One model call without tools: an instruction (the system prompt) and a text."""
+    """One model call without tools: an instruction (the system prompt) and a text;
+    `source` is who pays (docs/costs.md)."""
 
     instructions: str
     text: str
+    source: str = "summary"
 
 
 class BackgroundTurns(Protocol):

@@ -184,7 +184,8 @@ class Reflector:
         loose = [f for f in batch if not f.entities]
         text = prompt(today, touched, shown, loose)
         model = self.turns.usable_model(self.config.routing.tasks.summarization)
-        answer = await self.turns.complete_background(BackgroundRequest(SYSTEM, text), model)
+        request = BackgroundRequest(SYSTEM, text, source="reflect")
+        answer = await self.turns.complete_background(request, model)
         t_in, t_out = _core.count_tokens_batch([SYSTEM + text, answer])
         result.tokens_in += t_in
         result.tokens_out += t_out
