@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from klaw.config.engine import WebConfig, WebSearchConfig
+from klaw.paths import KlawPaths
 from klaw.tools.base import ToolRegistry
 from klaw.tools.web import web_tools
 from klaw.web.search import why_off
@@ -150,3 +151,12 @@ def test_doctor_says_how_to_turn_it_on(capsys: pytest.CaptureFixture[str]) -> No
     ]
     assert out[3] == "ok    web: web_fetch on; web_search through searxng"
     assert doc.warnings == 1 and doc.failures == 0
+
+
+def test_the_web_search_skill_passes_the_safety_check(klaw_home: KlawPaths) -> None:
+    import os
+    import subprocess
+
+    cmd = [sys.executable, "-m", "klaw.cli.app", "skills", "check", "web-search"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), timeout=T)
+    assert out.returncode == 0 and out.stdout.strip() == "web-search: nothing found", out
