@@ -183,3 +183,19 @@ async def test_background_calls_are_recorded_with_their_source(
         ("summary", pytest.approx(CALL_COST)),
         ("reflect", pytest.approx(CALL_COST)),
     ]
+
+
+async def test_local_models_are_not_capped(
+    tmp_path: Path, llm: FakeLLM, klaw_home: KlawPaths
+) -> None:
+    from klaw.llm.types import LlmRequest, Message
+
+    path = engine_yaml(tmp_path / "engine.yaml", llm.url, "budget:\n  daily: 0\n")
+    path.write_text(path.read_text().replace("default: fake/m", "default: local/tiny"))
+    config = load_engine_config(path)
+    llm.answer("free")
+    async with Router(config, spend=Spend(config, klaw_home.spend)) as router:
+        request = LlmRequest([Message.user("hi")])
+        response = await asyncio.wait_for(router.complete(request, source="chat:x"), T)
+    assert response.content == "free" and response.budget_note is None
+    assert [(c.model, c.cost) for c in logged(klaw_home)] == [("local/tiny", 0.0)]

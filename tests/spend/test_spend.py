@@ -222,3 +222,10 @@ def test_an_unwritable_spend_log_still_counts_the_call(
     monkeypatch.setattr(os, "write", full)
     call(spend)
     assert spend.spent_today == pytest.approx(COST)
+
+
+def test_a_chain_of_local_models_is_never_capped(tmp_path: Path) -> None:
+    spend = Spend(config(daily=0.0), tmp_path, clock=Clock(at("2026-03-10T12:00")))
+    assert spend.free(["ollama/qwen3:8b"])
+    assert not spend.free(["ollama/qwen3:8b", "fake/m"])  # a paid fallback: checked
+    assert not spend.free(["fake/nameless"])  # unknown is not free

@@ -227,6 +227,14 @@ class Spend:
         self._count(call)
         return call
 
+    def free(self, models: list[str]) -> bool:
+        """Whether every model of a chain costs nothing (local): no cap applies."""
+        for ref in models:
+            price = self.prices.get(ref)
+            if price is None or not price.free:
+                return False
+        return True
+
     def offline_for(self, source: str) -> str | None:
         """The model that answers a chat over its cap (`budget.offlineModel`), if free."""
         ref = self.budget.offline_model
