@@ -89,3 +89,28 @@ async def test_no_web_search_without_a_provider(
     names = tool_names(llm.requests[0])
     assert "web_fetch" in names and "web_search" not in names
     assert "web-search" not in llm.requests[0]["messages"][0]["content"]
+
+
+async def test_a_group_chat_reaches_no_allowed_private_host(
+    klaw_home: KlawPaths, llm: FakeLLM, backend: Any, servers: tuple[Site, SearchApi]
+) -> None:
+    """allowHosts opens the owner's network to the owner: in a group, anyone could ask
+    for the NAS's pages, so web_fetch there reaches public addresses only."""
+    site, _ = servers
+    engine_yaml(klaw_home.engine_config, llm.url)
+    with klaw_home.engine_config.open("a") as f:
+        f.write(f'web:\n  fetch:\n    allowHosts: ["127.0.0.1:{site.port}"]\n')
+    fetch = call("f1", "web_fetch", json.dumps({"url": f"{site.url}/article"}))
+    llm.answer(None, [fetch])
+    llm.answer("Not from here.")
+    llm.answer(None, [fetch])
+    llm.answer("Here it is.")
+    async with engine_running(klaw_home, backend) as server:
+        assert await say(server, "Read my NAS page", chat="telegram_-100", group=True) == [
+            "Not from here."
+        ]
+        assert await say(server, "Read my NAS page") == ["Here it is."]
+    (refused,) = tool_results(llm.requests[1])
+    assert "Refused" in refused and "loopback" in refused
+    assert "three hundred litres" in tool_results(llm.requests[3])[-1]
+    assert site.hits == ["/article"]  # only the owner's call reached it

@@ -850,6 +850,10 @@ class Pipeline:
                 registry = registry.only(n for n in registry.names() if n not in denied)
             if group:  # private tool groups (MCP servers) never reach a group chat
                 registry = registry.without_private_groups()
+                if not self.config.context.allow_private_memory_in_groups:
+                    from klaw.tools.web import for_groups
+
+                    registry = for_groups(registry)  # web_fetch without web.fetch.allowHosts
             self._registries[chat_id] = registry
         return registry
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from klaw._core import estimate_tokens
-from klaw.tools.base import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError
+from klaw.tools.base import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError, ToolRegistry
 from klaw.web.addresses import Refused
 from klaw.web.fetch import Fetcher, FetchError
 from klaw.web.search import Searcher, SearchError, why_off
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from klaw.config.engine import WebConfig, WebFetchConfig
     from klaw.web.extract import Extracted
 
-__all__ = ["PageCache", "WebFetch", "WebSearch", "cap_tokens", "web_tools"]
+__all__ = ["PageCache", "WebFetch", "WebSearch", "cap_tokens", "for_groups", "web_tools"]
 
 CACHE_ENTRIES = 32
 CACHE_CHARS = 4_000_000
@@ -129,6 +129,7 @@ class _Services:
     fetcher: Fetcher
     cache: PageCache
     searcher: Searcher | None
+    public: WebFetch | None = None  # the group chats' web_fetch (see `for_groups`)
 
 
 #: Per config object (the engine keeps one for its life; tests make many): id -> the
@@ -263,6 +264,25 @@ class WebSearch(Tool):
             if detail:
                 lines.append(f"   {detail}")
         return "\n".join(lines)
+
+
+def for_groups(registry: ToolRegistry) -> ToolRegistry:
+    """`registry` for a group chat: its web_fetch reaches public addresses only, with a
+    cache of its own. `web.fetch.allowHosts` opens the owner's network to the owner,
+    not to whoever is in a group with the bot."""
+    tool = registry.get("web_fetch")
+    if not isinstance(tool, WebFetch) or not tool.cfg.allow_hosts:
+        return registry
+    services = next((s for _, s in _SHARED.values() if s.fetcher is tool.fetcher), None)
+    public = services.public if services is not None else None
+    if public is None:
+        cfg = tool.cfg.model_copy(update={"allow_hosts": []})
+        public = WebFetch(cfg, Fetcher(cfg), PageCache(tool.cache.ttl_s), tool.max_chars)
+        if services is not None:
+            services.public = public
+    out = registry.only(n for n in registry.names() if n != "web_fetch")
+    out.register(public)
+    return out
 
 
 def web_tools(cfg: WebConfig, max_result_chars: int = DEFAULT_MAX_RESULT_CHARS) -> list[Tool]:
