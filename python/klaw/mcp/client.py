@@ -205,7 +205,8 @@ class McpServer:
         import mcp.types as types
         from mcp.client.session import ClientSession
 
-        self._set("starting" if self.starts == 0 else "restarting", self.error)
+        if self.state != "failed":  # a failed server stays failed (and why) while it retries
+            self._set("starting" if self.starts == 0 else "restarting", self.error)
         info = types.Implementation(name="klaw", version=__version__)
         async with self._streams() as (read, write):
             async with ClientSession(read, write, client_info=info) as session:
@@ -267,8 +268,7 @@ class McpServer:
                 if self.state == "ready":
                     self._set("restarting", why)
                 raise ToolError(
-                    f"MCP server {self.name} stopped during the call ({why}); "
-                    "it is being restarted"
+                    f"MCP server {self.name} stopped during the call ({why}); it is being restarted"
                 ) from None
             if exc.code == types.REQUEST_TIMEOUT or time.monotonic() - t0 >= timeout:
                 raise ToolError(
