@@ -522,12 +522,23 @@ def _check_sandbox(doc: _Doctor, cfg: EngineConfig, paths: KlawPaths) -> None:
 
 
 def _check_web(doc: _Doctor, cfg: EngineConfig) -> None:
-    """Which web tools the model gets; how to turn web_search on when it is off."""
+    """Which web tools the model gets; how to turn web_search on when it is off.
+    A SearXNG instance is asked one search (a hosted API's quota is not spent)."""
+    import asyncio
+
     from klaw.web.search import why_off
 
     fetch = "web_fetch on" if cfg.web.fetch.enabled else "web_fetch off (web.fetch.enabled)"
     search = cfg.web.search
     why = why_off(search)
+    if why is None and search.provider == "searxng":  # your own instance: try it
+        from klaw.web.search import Searcher, SearchError
+
+        try:
+            asyncio.run(Searcher(search).search("klaw doctor", 1))
+        except SearchError as exc:
+            doc.warn(f"web: web_search through searxng fails: {exc}", "docs/web.md, SearXNG")
+            return
     if why is None:
         doc.ok(f"web: {fetch}; web_search through {search.provider}")
     elif search.provider is None:
