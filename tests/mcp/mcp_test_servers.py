@@ -2,7 +2,8 @@
 serves over stdin/stdout, `app()` is the streamable HTTP app run on 127.0.0.1.
 
 Tools: echo, env (the names of its environment variables), crash (the process exits
-mid-call), hang (never answers), big (10 MB of text), and with `--many N` N more
+mid-call), hang (never answers), big (10 MB of text), grow (adds a tool `late` and
+announces the new list), and with `--many N` N more
 (tool_0 ... tool_N-1). `--pidfile F` writes the process id to F at start."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
@@ -43,7 +44,13 @@ def build(many: int = 0, *, writes: bool = False) -> MCPServer:
         """Ten megabytes of text."""
         return "x" * (10 * 1024 * 1024)
 
-    for fn in (echo, env, crash, hang, big):
+    async def grow(ctx: Context) -> str:  # type: ignore[type-arg]
+        """Add a tool `late` and tell the client the list changed."""
+        server.add_tool(echo, name="late", annotations=READ_ONLY, structured_output=False)
+        await ctx.session.send_tool_list_changed()
+        return "grown"
+
+    for fn in (echo, env, crash, hang, big, grow):
         server.add_tool(fn, annotations=READ_ONLY, structured_output=False)
     if writes:
 

@@ -155,7 +155,7 @@ async def test_a_10_mb_result_is_capped_like_every_tool_result() -> None:
 
 
 async def test_500_tools_are_one_line_until_loaded() -> None:
-    async with running(t=sdk_server("--many", "495")) as manager:
+    async with running(t=sdk_server("--many", "494")) as manager:
         g = group(manager, "t")
         assert len(g.tools()) == 500
         registry = ToolRegistry()
@@ -168,8 +168,22 @@ async def test_500_tools_are_one_line_until_loaded() -> None:
         loaded = await registry.dispatch(LOADER_NAME, {"group": "mcp__t"})
         assert loaded.content.startswith("Loaded 500 tool(s) of mcp__t")
         assert len(registry.schemas()) == 500  # the loader goes: nothing left folded
-        out = await registry.dispatch("mcp__t__tool_494", {"x": 7})
-        assert out.content == "tool 494: 7"
+        out = await registry.dispatch("mcp__t__tool_493", {"x": 7})
+        assert out.content == "tool 493: 7"
+
+
+async def test_a_server_announcing_new_tools_is_listed_again() -> None:
+    async with running(t=sdk_server()) as manager:
+        server, g = manager.servers["t"], group(manager, "t")
+        assert "late" not in {t.remote for t in g.tools()}
+        changed = server.changed
+        assert await tool(manager, "t", "grow").run({}) == "grown"
+        async with asyncio.timeout(T):
+            while "late" not in {t.name for t in server.tools}:
+                await changed.wait()
+                changed = server.changed
+        assert await tool(manager, "t", "late").run({"text": "hi"}) == "echo: hi"
+        assert server.starts == 1  # listed again, not restarted
 
 
 async def test_allow_and_deny_pick_the_tools() -> None:

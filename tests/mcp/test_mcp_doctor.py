@@ -40,6 +40,6 @@ async def test_doctor_names_each_server_with_and_without_the_engine(
             lambda: len(server.mcp_status()) == 2 and "starting" not in str(server.mcp_status()), 60
         )
         _, out, _ = await klaw("doctor")
-    assert lines(out, "t") == ["ok    MCP server t: ready: 5 tool(s)"]
+    assert lines(out, "t") == ["ok    MCP server t: ready: 6 tool(s)"]
     (gone,) = lines(out, "gone")
     assert gone.startswith("warn  MCP server gone: failed: FileNotFoundError")

@@ -89,6 +89,7 @@ class McpServer:
         self.child: StdioChild | None = None
         self._session: ClientSession | None = None
         self._dead = asyncio.Event()  # the connection failed: reconnect
+        self._relist = asyncio.Event()  # the server's tools changed: list them again
         #: Set at each state change; tests and the bench wait on it.
         self.changed = asyncio.Event()
         self.on_change: list[Callable[[McpServer], None]] = []
@@ -162,17 +163,33 @@ class McpServer:
         self.starts += 1
         self._set("ready", None)
         log.info("MCP server %s ready: %d tool(s)", self.name, len(self.tools))
-        waits: list[asyncio.Future[object]] = [
-            asyncio.ensure_future(stop.wait()),
-            asyncio.ensure_future(self._dead.wait()),
-        ]
-        if self.child is not None:
-            waits.append(asyncio.ensure_future(self.child.proc.wait()))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+        while True:
+            waits: list[asyncio.Future[object]] = [
+                asyncio.ensure_future(stop.wait()),
+                asyncio.ensure_future(self._dead.wait()),
+            ]
+            if self.child is not None:
+                waits.append(asyncio.ensure_future(self.child.proc.wait()))
+            relist: asyncio.Future[object] = asyncio.ensure_future(self._relist.wait())
+            try:
+                await asyncio.wait([*waits, relist], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in [*waits, relist]:
+                    w.cancel()
+            if any(w.done() and not w.cancelled() for w in waits) or not self._relist.is_set():
+                return
+            # The server said its tools changed (notifications/tools/list_changed).
+            self._relist.clear()
+            async with asyncio.timeout(START_TIMEOUT_S):
+                self.tools = await self._list(session)
+            log.info("MCP server %s lists %d tool(s) now", self.name, len(self.tools))
+            self._set("ready", None)
+
+    async def _on_message(self, message: Any) -> None:
+        import mcp.types as types
+
+        if isinstance(message, types.ToolListChangedNotification):
+            self._relist.set()
 
     async def _list(self, session: ClientSession) -> list[types.Tool]:
         import mcp.types as types
@@ -209,7 +226,8 @@ class McpServer:
             self._set("starting" if self.starts == 0 else "restarting", self.error)
         info = types.Implementation(name="klaw", version=__version__)
         async with self._streams() as (read, write):
-            async with ClientSession(read, write, client_info=info) as session:
+            session = ClientSession(read, write, client_info=info, message_handler=self._on_message)
+            async with session:
                 yield session
 
     @contextlib.asynccontextmanager
