@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scheduler"))
 from sched_support import engine_running
 from test_workspace import CHAT, say, writeback_yaml
 

@@ -333,8 +333,9 @@ class MemoryGit:
         for _attempt in range(3):
             head = self.head()
             entries: list[tuple[str, bytes | None]] = []
+            bases: dict[str, bytes | None] = {}
             for c in changes:
-                base = self.blob_at(head, c.path)
+                base = bases[c.path] = self.blob_at(head, c.path)
                 merged = _apply(base, c)
                 if merged is _CONFLICT:
                     log.warning(
@@ -349,23 +350,26 @@ class MemoryGit:
                     entries.append((c.path, merged))
             if not entries:
                 return None
-            new = self._commit_tree(head, entries, message)
+            new, ids = self._commit_tree(head, entries, message)
             done = self.git("update-ref", "HEAD", new, head or ZERO, check=False)
             if done.returncode == 0:
-                self._sync_index(head, entries)
+                self._sync_index(bases, ids)
                 return new
             # HEAD moved meanwhile (the owner committed): start again from the new one.
         raise GitError("HEAD kept moving during a memory commit")
 
     def _commit_tree(
         self, head: str | None, entries: list[tuple[str, bytes | None]], msg: str
-    ) -> str:
+    ) -> tuple[str, dict[str, str | None]]:
+        """(a commit of HEAD with `entries` written, path -> its new blob or None)."""
         lines = []
+        ids: dict[str, str | None] = {}
         for path, data in entries:
             if data is None:
+                ids[path] = None
                 lines.append(f"0 {ZERO}\t{path}\0")
             else:
-                blob = self._out("hash-object", "-w", "--stdin", input=data)
+                blob = ids[path] = self._out("hash-object", "-w", "--stdin", input=data)
                 lines.append(f"100644 {blob}\t{path}\0")
         try:
             if head is None:
@@ -378,21 +382,23 @@ class MemoryGit:
         finally:
             self._index.unlink(missing_ok=True)
         parents = ["-p", head] if head else []
-        return self._out("commit-tree", tree, *parents, input=msg.encode("utf-8"))
+        return self._out("commit-tree", tree, *parents, input=msg.encode("utf-8")), ids
 
-    def _sync_index(self, old: str | None, entries: list[tuple[str, bytes | None]]) -> None:
+    def _sync_index(self, bases: dict[str, bytes | None], ids: dict[str, str | None]) -> None:
         """The owner's index follows the commit for the paths whose entry was HEAD's
-        (else `git status` would show Klaw's change reverted as staged); a path the owner
-        has staged something else for is left as they staged it."""
-        paths = [p for p, _ in entries]
+        (`bases`: the old HEAD's bytes; else `git status` would show Klaw's change
+        reverted as staged); a path the owner has staged something else for is left as
+        they staged it."""
+        paths = list(ids)
         staged = self._entries("ls-files", "-s", "-z", "--", *paths)
-        at_head = self._entries("ls-tree", "-r", "-z", old, "--", *paths) if old else {}
-        new = self._entries("ls-tree", "-r", "-z", "HEAD", "--", *paths)
+        width = next((len(i) for i in ids.values() if i), 40)  # sha1 or sha256 ids
         lines = []
         for p in paths:
-            if staged.get(p) != at_head.get(p):
+            base = bases.get(p)
+            if staged.get(p) != (_blob_id(base, width) if base is not None else None):
                 continue
-            lines.append(f"{new[p]}\t{p}\0" if p in new else f"0 {ZERO}\t{p}\0")
+            new = ids[p]
+            lines.append(f"100644 {new}\t{p}\0" if new else f"0 {ZERO}\t{p}\0")
         if lines:
             info = "".join(lines).encode("utf-8", "surrogateescape")
             done = self.git("update-index", "-z", "--index-info", input=info, check=False)
@@ -403,14 +409,13 @@ class MemoryGit:
                 )
 
     def _entries(self, *args: str) -> dict[str, str]:
-        """path -> "mode sha" from ls-files -s -z / ls-tree -z output."""
+        """path -> blob id from `ls-files -s -z` output."""
         out: dict[str, str] = {}
         for line in self._lines(*args):
             meta, _, path = line.partition("\t")
             parts = meta.split()
             if len(parts) >= 3:
-                mode, sha = parts[0], parts[1] if args[0] == "ls-files" else parts[2]
-                out[path] = f"{mode} {sha}"
+                out[path] = parts[1]
         return out
 
     # ------------------------------------------------------------ log and undo
@@ -467,10 +472,11 @@ class MemoryGit:
         names = self._changed(parent, full)
         head = self.head()
         plan: list[tuple[str, bytes | None, bytes | None]] = []  # path, new HEAD, new file
+        bases: dict[str, bytes | None] = {}
         for path in names:
             was, now = self.blob_at(parent, path), self.blob_at(full, path)
             revert = Change(path, now, was)
-            at_head = _apply(self.blob_at(head, path), revert)
+            at_head = _apply(bases.setdefault(path, self.blob_at(head, path)), revert)
             in_file = _apply(_read(self.workspace / path), revert)
             if isinstance(at_head, _Conflict) or isinstance(in_file, _Conflict):
                 raise GitError(
@@ -481,10 +487,18 @@ class MemoryGit:
             _write(self.workspace / path, data)
         message = _message(f"undo {subject}", f"Reverts {full}, on the owner's request.")
         entries = [(p, h) for p, h, _ in plan]
-        new = self._commit_tree(head, entries, message)
+        new, ids = self._commit_tree(head, entries, message)
         self.git("update-ref", "HEAD", new, head or ZERO)
-        self._sync_index(head, entries)
+        self._sync_index(bases, ids)
         return new, [p for p, _, _ in plan]
+
+
+def _blob_id(data: bytes, width: int) -> str:
+    """git's id of a blob holding `data` (sha1, or sha256 in a repository made so)."""
+    import hashlib
+
+    algo = hashlib.sha256 if width == 64 else hashlib.sha1
+    return algo(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 class _Conflict:
