@@ -171,6 +171,12 @@ def test_the_most_specific_per_source_key_wins(tmp_path: Path) -> None:
         call(spend, "job:weather")
     assert weather.value.scope == "source:job:*"
     call(spend, "job:other")  # a cap per source, not one for all of job:*
+    for _ in range(3):
+        call(spend, "job:other")
+    with pytest.raises(BudgetSpent) as other:
+        call(spend, "job:other")
+    assert other.value.first  # each job hears of its own cap (weather was told before)
+    assert weather.value.first
     caps = {c.scope: c for c in spend.caps()}
     assert caps["job:*"].sources.keys() == {"job:weather", "job:other"}
     assert caps["job:*"].spent == pytest.approx(4 * COST)

@@ -292,9 +292,11 @@ class Spend:
         p = self._period
         period = p.month_key if scope == "monthly" else p.day_key
         resets = p.next_month if scope == "monthly" else p.next_day
-        first = (scope, period) not in self._told
+        # A per-source cap is each source's own ("job:*": every job): told per source.
+        told = f"source:{source}" if scope.startswith("source:") else scope
+        first = (told, period) not in self._told
         if first:
-            self._told.add((scope, period))
+            self._told.add((told, period))
             log.warning(
                 "budget: %s cap of %.4f %s reached (%.4f spent in %s): calls of %s stop until %s",
                 scope,
@@ -306,7 +308,7 @@ class Spend:
                 resets,
             )
             try:
-                self.log.append(Told(datetime.fromtimestamp(now, UTC), scope, period))
+                self.log.append(Told(datetime.fromtimestamp(now, UTC), told, period))
             except OSError as exc:
                 log.error("spend log not written (%s): %s", self.folder, exc)
         raise BudgetSpent(scope, source, cap, spent, self.budget.currency, resets, first=first)
