@@ -52,6 +52,7 @@ async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_whe
     )  # every run wakes the model here (test_heartbeat_quiet.py has the skipping)
     checklist = "# Checks\n\n- Anything from the bank in the mail?\n- Meetings in the next hour?\n"
     (klaw_home.workspace / "AGENTS.md").write_text("# Agents\n\nGROUP-CHAT-ETIQUETTE rules.\n")
+    (klaw_home.workspace / "MEMORY.md").write_text("# Memory\n\n- LONG-TERM-NOTE of the owner\n")
     skill = klaw_home.workspace / "skills" / "weather"
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(
@@ -89,11 +90,14 @@ async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_whe
     assert "Anything from the bank" in user_texts(first)[-1]
     assert '{"silent": true' in user_texts(first)[-1]
     assert all("4711" not in json.dumps(r) for r in heartbeat_requests)
-    # Lean by construction: no AGENTS.md, skills by name only, a small tool set.
+    # Lean by construction: no AGENTS.md nor MEMORY.md, skills by name only, a small
+    # tool set.
     owner_request = json.dumps(llm.requests[0])
     assert "GROUP-CHAT-ETIQUETTE" in owner_request and "FORECAST-DESCRIPTION" in owner_request
     lean = json.dumps(first)
     assert "GROUP-CHAT-ETIQUETTE" not in lean and "FORECAST-DESCRIPTION" not in lean
+    # MEMORY.md, within its share, in the owner's chat; the checklist run goes without.
+    assert "LONG-TERM-NOTE" in owner_request and "LONG-TERM-NOTE" not in lean
     assert "- weather" in first["messages"][0]["content"]
     tools = {t["function"]["name"] for t in first["tools"]}
     assert tools <= LEAN_TOOLS and "memory_core_update" not in tools and "file_write" not in tools
