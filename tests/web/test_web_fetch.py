@@ -100,6 +100,18 @@ async def test_pdf_json_and_what_is_not_text(site: Site) -> None:
     assert gone.is_error and "HTTP 404" in gone.content and "No such page here" in gone.content
 
 
+async def test_a_page_of_too_many_elements_comes_as_plain_text(site: Site) -> None:
+    """trafilatura's time grows with the elements (50,000 list items took 6 s): a page
+    past MAX_ELEMENTS is read as plain text instead, a line per item."""
+    res = await fetch(allowing(site), f"{site.url}/huge", maxTokens=200)
+    assert not res.is_error, res.content
+    assert (
+        "[a page of over 25000 elements: its plain text, not its main content]\nitem 0\nitem 1\n"
+        in (res.content)
+    )
+    assert "NAVMENU" not in res.content
+
+
 async def test_the_token_cap_says_what_was_cut(site: Site) -> None:
     reg = allowing(site)
     res = await fetch(reg, f"{site.url}/long", maxTokens=300)

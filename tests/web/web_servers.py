@@ -133,6 +133,7 @@ class Site(_Server):
         r.add_get("/image", _answer(lambda: web.Response(body=_PNG, content_type="image/png")))
         r.add_get("/missing", _answer(lambda: _html(_MISSING, 404)))
         r.add_get("/long", self._long)
+        r.add_get("/huge", _answer(lambda: _html(_HUGE)))
 
     async def _big(self, request: web.Request) -> web.StreamResponse:
         """50 MB of text, written as the client reads."""
@@ -199,6 +200,12 @@ _PDF = pdf_bytes(["Pump manual page one", "Timers are on page two"])
 _JSON = '{"a":[1,2],"b":"ü"}'
 _PNG = b"\x89PNG" + bytes(5000)
 _MISSING = "<html><body><p>No such page here.</p></body></html>"
+#: 40,000 list items (520 KB): trafilatura would take seconds of CPU on it.
+_HUGE = (
+    "<html><body><nav>NAVMENU</nav><ul>"
+    + "".join(f"<li>item {i}</li>" for i in range(40_000))
+    + "</ul></body></html>"
+)
 
 
 def _redirect(where: Callable[[], str]) -> Callable[[web.Request], Awaitable[web.Response]]:
