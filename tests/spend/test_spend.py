@@ -235,3 +235,15 @@ def test_a_chain_of_local_models_is_never_capped(tmp_path: Path) -> None:
     assert spend.free(["ollama/qwen3:8b"])
     assert not spend.free(["ollama/qwen3:8b", "fake/m"])  # a paid fallback: checked
     assert not spend.free(["fake/nameless"])  # unknown is not free
+
+
+def test_a_misspelt_source_is_an_error_naming_file_and_key(tmp_path: Path) -> None:
+    from klaw.config import load_engine_config
+    from klaw.errors import ConfigError
+
+    path = tmp_path / "engine.yaml"
+    path.write_text("budget:\n  daily: 1\n  perSource:\n    hearbeat: 0.1\n")
+    with pytest.raises(ConfigError) as bad:
+        load_engine_config(path)
+    text = str(bad.value)
+    assert str(path) in text and "budget.perSource" in text and "'hearbeat' names no source" in text

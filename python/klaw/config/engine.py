@@ -291,6 +291,20 @@ class BudgetConfig(Section):
     def active(self) -> bool:
         return self.daily is not None or self.monthly is not None or bool(self.per_source)
 
+    @field_validator("per_source")
+    @classmethod
+    def _sources(cls, value: dict[str, float]) -> dict[str, float]:
+        # A misspelt key would cap nothing, silently.
+        for key in value:
+            kind, sep, rest = key.partition(":")
+            named = key in {"heartbeat", "summary", "reflect"} or set(key) <= {"*", "?"}
+            if not (named or (sep and rest and kind in {"chat", "job", "subagent"})):
+                raise ValueError(
+                    f"{key!r} names no source: use heartbeat, summary, reflect, "
+                    "chat:<chat id>, job:<name> or subagent:<name> (* and ? match any)"
+                )
+        return value
+
 
 class LocalModelConfig(Section):
     # Start the offline llama.cpp model when no provider has a key or answers (§ providers).
