@@ -16,7 +16,6 @@ Bar: the writer's extra cost is within 2 ms at p50 (a reply never waits for git)
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 
 from klaw.memory.versioning import Change, MemoryGit
+from klaw.openclaw.writeback import _append as append
 from smoke import SMOKE, scaled
 
 DAYS = scaled(365, 20)
@@ -55,12 +55,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _append(path: Path, text: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, text)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """The write-back's own append (one O_APPEND write and an fsync)."""
+    append(path, text.decode())
 
 
 LOG = "memory/2026-11-27.md"
