@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,3 +92,35 @@ async def test_a_job_over_its_cap_rests_and_the_owner_is_told_once(
         await asyncio.wait_for(capped_runs(before + 1), T)
         assert (await klaw("schedule", "remove", "pricey"))[0] == 0
     assert len(llm.requests) == 2
+
+
+async def test_a_reflect_run_over_budget_is_capped_not_failed(
+    tmp_path: Path, klaw_home: KlawPaths, memory: Any, llm: FakeLLM
+) -> None:
+    from test_reflect import DAY1, write_logs
+
+    from klaw.config import load_engine_config
+    from klaw.engine.pipeline import Pipeline
+    from klaw.llm.router import Router
+    from klaw.scheduler.reflect import Reflector
+    from klaw.spend import Spend
+    from scripted_llm import write_engine_yaml
+
+    path = write_engine_yaml(tmp_path / "engine.yaml", llm.url)
+    text = path.read_text().replace(
+        "    maxTokens: 512\n",
+        "    maxTokens: 512\n    price: {input: 1000, output: 1000, currency: USD}\n",
+        1,
+    )
+    path.write_text(text + "budget:\n  daily: 0\n")
+    config = load_engine_config(path)
+    router = Router(config, spend=Spend(config, klaw_home.spend))
+    pipeline = Pipeline(config, klaw_home, memory, router)
+    write_logs(klaw_home.workspace, ("2026-03-02.md", DAY1))
+    try:
+        got = await asyncio.wait_for(Reflector(config, klaw_home, memory, pipeline).run(None), T)
+    finally:
+        await pipeline.aclose()
+        await router.aclose()
+    assert got.spent and got.error is not None and "budget" in got.error
+    assert llm.requests == []

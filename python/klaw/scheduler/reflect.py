@@ -48,6 +48,7 @@ from klaw.memory.logfacts import FactFiles
 from klaw.memory.reflect import SYSTEM, BadAnswer, apply_answer, parse_answer, prompt
 from klaw.memory.retain import Fact, entity_key
 from klaw.scheduler.ports import BackgroundRequest
+from klaw.spend import BudgetSpent
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -78,6 +79,7 @@ class ReflectResult:
     calls: int = 0
     error: str | None = None
     capped: bool = False
+    spent: bool = False  # the budget is spent (docs/costs.md): the run is `capped`
     dropped: list[str] = field(default_factory=list)
 
 
@@ -154,6 +156,7 @@ class Reflector:
                 done = await self._batch(batch, known, result)
             except (KlawError, BadAnswer, BankError) as exc:
                 result.error = str(exc)
+                result.spent = isinstance(exc, BudgetSpent)
                 log.warning("reflect: %s (the facts stay new for the next run)", exc)
                 break
             reflected.update(done)

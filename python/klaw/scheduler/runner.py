@@ -24,6 +24,7 @@ from klaw.lanes import SUBAGENT
 from klaw.scheduler.jobs import JobSpec
 from klaw.scheduler.ledger import Ledger
 from klaw.scheduler.precheck import run_precheck
+from klaw.spend import source_for_chat
 from klaw.scheduler.quiet import heartbeat_digest
 from klaw.spend import source_for_chat
 from klaw.wire.loglines import inbound_line, outbound_line, to_record
