@@ -177,3 +177,34 @@ def test_the_bank_is_indexed_like_the_rest_of_memory(memory: Memory, klaw_home: 
     assert hits[0].source == "bank/entities/anna.md"
     (ws / "bank/entities/anna.md").unlink()
     assert "bank/entities/anna.md" in memory.index_workspace().removed
+
+
+def test_reindex_rebuilds_the_bank_rows_as_they_were(klaw_home: KlawPaths, backend: object) -> None:
+    from klaw.config import load_engine_config
+    from klaw.memory.api import rebuild
+
+    ws = klaw_home.workspace
+    page = with_fact(new_page("Anna"), LISBON)
+    page.summary = "Anna keeps bees on the roof of her Lisbon flat."
+    write_page(ws, page)
+    write_opinions(ws, [Opinion("o-1", "Anna likes fado", 0.7, "2026-03-02")], "")
+    config = load_engine_config(klaw_home.engine_config)
+
+    def bank_rows() -> list[tuple[str, str, int | None, int | None]]:
+        mem = Memory.open(paths=klaw_home, config=config, backend=backend)
+        try:
+            mem.index_workspace()
+            ids = [i for i, _ in mem.store.keyword_search("Anna bees fado Lisbon", 50)]
+            hits = mem.store.get_chunks(ids)
+        finally:
+            mem.close()
+        return sorted(
+            (h.source, h.content, h.start_line, h.end_line)
+            for h in hits
+            if h.source.startswith("bank/")
+        )
+
+    before = bank_rows()
+    assert {r[0] for r in before} == {"bank/entities/anna.md", "bank/opinions.md"}
+    rebuild(klaw_home, config, backend=backend, progress=False)  # type: ignore[arg-type]
+    assert bank_rows() == before
