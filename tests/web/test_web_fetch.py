@@ -234,6 +234,14 @@ async def test_redirects_are_checked_again(site: Site, other: Site) -> None:
     assert loop.is_error and "redirected more than 5 times" in loop.content
 
 
+async def test_a_url_without_scheme_is_https(site: Site) -> None:
+    res = await fetch(registry(), "127.0.0.1/article")  # https://127.0.0.1/article
+    assert res.is_error and "Refused: 127.0.0.1 is a loopback address" in res.content
+    res = await fetch(allowing(site), f"127.0.0.1:{site.port}/article")
+    # tried as https (allowed): the TLS handshake with this plain-http server fails
+    assert res.is_error and "could not connect to 127.0.0.1" in res.content, res.content
+
+
 async def test_other_schemes_and_credentials_are_refused() -> None:
     reg = registry()
     for url in ("file:///etc/passwd", "ftp://example.org/x", "gopher://example.org/"):
@@ -285,7 +293,10 @@ def test_why_not_public() -> None:
 
 def test_allow_hosts_by_name_network_and_port() -> None:
     ip = ipaddress.ip_address
-    policy = AddressPolicy(["nas.lan", "*.home.arpa", "10.0.0.0/8:8080", "169.254.0.0/16"])
+    policy = AddressPolicy(
+        ["nas.lan", "*.home.arpa", "10.0.0.0/8:8080", "169.254.0.0/16", "bücher.lan"]
+    )
+    assert policy.check("xn--bcher-kva.lan", 80, [ip("192.168.1.6")])  # as the URL gives it
     assert policy.check("nas.lan", 80, [ip("192.168.1.5")])
     assert policy.check("printer.home.arpa", 443, [ip("192.168.1.9")])
     assert policy.check("anything", 8080, [ip("10.2.3.4")])

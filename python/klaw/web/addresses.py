@@ -130,6 +130,14 @@ class _Entry:
         return host == self.name
 
 
+def _ascii(name: str) -> str:
+    """A name as the URL's host is compared: IDNA (bücher.lan is xn--bcher-kva.lan)."""
+    try:
+        return name.encode("idna").decode("ascii")
+    except UnicodeError:
+        return name
+
+
 class AddressPolicy:
     """`web.fetch.allowHosts` and the public-address rule, applied to one hop."""
 
@@ -138,7 +146,7 @@ class AddressPolicy:
         for raw in allow_hosts:
             target, port = parse_allow_host(raw)
             if isinstance(target, str):
-                self._entries.append(_Entry(target, None, port))
+                self._entries.append(_Entry(_ascii(target), None, port))
             else:
                 self._entries.append(_Entry(None, target, port))
 

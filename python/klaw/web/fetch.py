@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import ssl
 import time
@@ -47,6 +48,7 @@ ACCEPT = (
 )
 _REDIRECTS = (301, 302, 303, 307, 308)
 _CHUNK = 65536
+_BARE_HOST = re.compile(r"[a-z0-9-]+(\.[a-z0-9-]+)+(:\d+)?([/?#]|$)", re.IGNORECASE)
 
 #: host, port -> the addresses it resolves to.
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
@@ -190,8 +192,11 @@ class Fetcher:
                 await response.aclose()
 
     def _parse(self, url: str) -> tuple[httpx.URL, str, int]:
+        url = url.strip()
+        if _BARE_HOST.match(url):
+            url = "https://" + url  # "example.org/page", as people (and models) write it
         try:
-            target = httpx.URL(url.strip())
+            target = httpx.URL(url)
         except (httpx.InvalidURL, TypeError):
             raise FetchError(f"{url[:200]!r} is not a URL") from None
         if target.scheme not in ("http", "https"):
