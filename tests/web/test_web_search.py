@@ -95,6 +95,19 @@ async def test_bocha(api: SearchApi) -> None:
     assert refused.is_error and "bocha refused the search: 余额不足" in refused.content
 
 
+async def test_zhipu(api: SearchApi) -> None:
+    url = f"{api.url}/api/paas/v4/web_search"
+    reg = registry(provider="zhipu", endpoint=url, apiKey="glm-key")
+    res = await search(reg, query="水泵", count=3)
+    assert (
+        "1. 水泵使用指南\n   https://zhipu.example/pump\n   2026-05-03 · 智能水泵的使用方法与保养。"
+        in (res.content)
+    )
+    _, _, headers, body = api.requests[0]
+    assert headers["Authorization"] == "Bearer glm-key"
+    assert body == {"search_query": "水泵", "search_engine": "search_std", "count": 3}
+
+
 @pytest.mark.parametrize(
     ("status", "provider", "said"),
     [

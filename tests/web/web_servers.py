@@ -241,6 +241,7 @@ class SearchApi(_Server):
         app.router.add_get("/res/v1/web/search", self._brave)
         app.router.add_post("/tavily/search", self._tavily)
         app.router.add_post("/v1/web-search", self._bocha)
+        app.router.add_post("/api/paas/v4/web_search", self._zhipu)
 
     async def _keep(self, request: web.Request) -> web.Response | None:
         body = await request.json() if request.method == "POST" else None
@@ -356,6 +357,31 @@ class SearchApi(_Server):
                     },
                 ],
                 "response_time": 1.02,
+            }
+        )
+
+    async def _zhipu(self, request: web.Request) -> web.Response:
+        if (err := await self._keep(request)) is not None:
+            return err
+        return web.json_response(
+            {
+                "created": 1748261757,
+                "id": "20250526201557ecb1c9e4b5b14c3d",
+                "request_id": "zhipu-req-1",
+                "search_intent": [
+                    {"category": "", "intent": "SEARCH_ALL", "keywords": "", "query": "x"}
+                ],
+                "search_result": [
+                    {
+                        "content": "智能水泵的使用方法与保养。",
+                        "icon": "https://sfile.chatglm.cn/searchImage/x.jpg",
+                        "link": "https://zhipu.example/pump",
+                        "media": "示例网",
+                        "publish_date": "2026-05-03",
+                        "refer": "ref_1",
+                        "title": "水泵使用指南",
+                    }
+                ],
             }
         )
 

@@ -521,7 +521,7 @@ class WebFetchConfig(Section):
 class WebSearchConfig(Section):
     """`web_search` (docs/web.md): off until a provider is set."""
 
-    provider: Literal["searxng", "brave", "tavily", "bocha"] | None = None
+    provider: Literal["searxng", "brave", "tavily", "bocha", "zhipu"] | None = None
     # searxng: your instance's URL (required); others: their API's URL (the default).
     endpoint: Annotated[str | None, BeforeValidator(empty_to_none)] = None
     api_key: Annotated[str | None, BeforeValidator(empty_to_none)] = None

@@ -13,6 +13,10 @@
   with `Authorization: Bearer KEY`, answered in a Bing-compatible envelope:
   `{code, msg, data: {webPages: {value[]: {name, url, snippet, summary,
   datePublished | dateLastCrawled}}}}`.
+- zhipu: Zhipu's (BigModel, GLM's maker) search API, `POST
+  https://open.bigmodel.cn/api/paas/v4/web_search` {search_query, search_engine:
+  search_std, count} with `Authorization: Bearer KEY` (the GLM key). Results:
+  `search_result[]` of {title, link, content, media, publish_date}.
 
 Searches go to the provider the owner configured (not through web_fetch's address
 check: a SearXNG on the same machine is the usual case). Snippets are plain text:
@@ -40,8 +44,14 @@ DEFAULT_ENDPOINTS = {
     "brave": "https://api.search.brave.com/res/v1/web/search",
     "tavily": "https://api.tavily.com/search",
     "bocha": "https://api.bochaai.com/v1/web-search",
+    "zhipu": "https://open.bigmodel.cn/api/paas/v4/web_search",
 }
-KEY_VARIABLES = {"brave": "BRAVE_API_KEY", "tavily": "TAVILY_API_KEY", "bocha": "BOCHA_API_KEY"}
+KEY_VARIABLES = {
+    "brave": "BRAVE_API_KEY",
+    "tavily": "TAVILY_API_KEY",
+    "bocha": "BOCHA_API_KEY",
+    "zhipu": "GLM_API_KEY",  # the key of Klaw's glm provider serves
+}
 MAX_SNIPPET = 400
 _TAGS = re.compile(r"<[^>]{0,200}>")
 
@@ -63,7 +73,7 @@ def why_off(cfg: WebSearchConfig) -> str | None:
     if cfg.provider is None:
         return (
             "no provider: set web.search.provider in engine.yaml to searxng (with "
-            "web.search.endpoint), brave, tavily or bocha (with web.search.apiKey)"
+            "web.search.endpoint), brave, tavily, bocha or zhipu (with web.search.apiKey)"
         )
     if cfg.provider == "searxng":
         if not cfg.endpoint:
@@ -161,6 +171,11 @@ class Searcher:
             return await http.post(
                 self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"}
             )
+        if self.provider == "zhipu":
+            body = {"search_query": query, "search_engine": "search_std", "count": min(count, 50)}
+            return await http.post(
+                self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"}
+            )
         body = {"query": query, "count": min(count, 50), "freshness": "noLimit", "summary": False}
         return await http.post(self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"})
 
@@ -184,6 +199,11 @@ class Searcher:
             return [
                 _result(r.get("title"), r.get("url"), r.get("content"), r.get("published_date"))
                 for r in _list(data, "results")
+            ]
+        if self.provider == "zhipu":
+            return [
+                _result(r.get("title"), r.get("link"), r.get("content"), r.get("publish_date"))
+                for r in _list(data, "search_result")
             ]
         if isinstance(data, dict) and data.get("code") not in (None, 200):
             raise SearchError(
