@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 
 from klaw.paths import KlawPaths
-from klaw.wire.protocol import Command, Inbound, InboundMeta, Outbound, new_id
+from klaw.wire.protocol import Command, new_id
 from scripted_llm import FakeLLM, call
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scheduler"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sandbox"))
+from sandbox_support import say
 from sched_support import T, engine_running, engine_yaml, until
 
 HERE = Path(__file__).resolve().parent
@@ -48,24 +50,6 @@ async def ready(server: Any, *names: str) -> None:
         return all(status.get(n, "").startswith("ready") for n in names)
 
     await until(up, 60)
-
-
-async def say(server: Any, text: str, chat: str = CHAT, group: bool = False) -> list[str]:
-    got: list[Any] = []
-
-    async def reply(msg: Any) -> None:
-        got.append(msg)
-
-    msg = Inbound(
-        id=new_id(),
-        ts=datetime.now(UTC),
-        channel="telegram",
-        chat_id=chat,
-        content=text,
-        meta=InboundMeta(group=group),
-    )
-    await server.handler.handle(msg, reply)
-    return [m.content for m in got if isinstance(m, Outbound)]
 
 
 async def command(server: Any, name: str, args: str, chat: str = CHAT) -> str:
