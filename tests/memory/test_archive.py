@@ -113,3 +113,21 @@ def test_an_archive_folder_leading_outside_moves_nothing(tmp_path: Path) -> None
     assert report.moved == [] and "leads outside the workspace" in report.skipped[0]
     assert list(outside.iterdir()) == []
     assert len(due_logs(ws, 90, TODAY)) == 4
+
+
+def test_no_filter_of_the_repositorys_config_runs(tmp_path: Path) -> None:
+    """A clean filter named in .git/config is a program: `git status` or `git add`
+    would run it; the archive and its commit use neither."""
+    ws = workspace(tmp_path)
+    vg = versioner(ws)
+    vg.setting = True
+    assert vg.active
+    marker = tmp_path / "filter-ran"
+    git(ws, "config", "filter.evil.clean", f"touch {marker}; cat")
+    (ws / ".gitattributes").write_text("*.md filter=evil\n")
+    edited = ws / "memory" / f"{day(120)}.md"
+    edited.write_text(edited.read_text() + "- an uncommitted line\n")
+    report = archive_logs(ws, 90, TODAY)
+    assert vg.flush(30)
+    assert len(report.moved) == 3 and len(report.skipped) == 1
+    assert not marker.exists()

@@ -205,12 +205,22 @@ def test_undo_of_a_created_file_removes_it(tmp_path: Path) -> None:
     assert "bank/entities/bob.md" not in git(ws, "ls-files")
 
 
-def test_hooks_of_the_repository_never_run(tmp_path: Path) -> None:
+def test_no_program_the_repository_names_runs(tmp_path: Path) -> None:
+    """Hooks, a signing program, a clean filter (run when the index is written)."""
     ws = owner_repo(tmp_path)
-    hook = ws / ".git" / "hooks" / "pre-commit"
     marker = tmp_path / "ran"
-    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    hook.chmod(0o755)
+    script = tmp_path / "evil.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\ncat\n")
+    script.chmod(0o755)
+    for name in ("pre-commit", "post-commit", "commit-msg", "reference-transaction"):
+        hook = ws / ".git" / "hooks" / name
+        hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+        hook.chmod(0o755)
+    git(ws, "config", "commit.gpgSign", "true")
+    git(ws, "config", "gpg.program", str(script))
+    git(ws, "config", "filter.evil.clean", str(script))
+    (ws / ".gitattributes").write_text("*.md filter=evil\n")
+    (ws / "memory" / "2026-03-01.md").write_text("an uncommitted edit\n")  # racily clean
     vg = MemoryGit(ws)
     with vg.change(["MEMORY.md"], "x"):
         append(ws / "MEMORY.md", "- x\n")

@@ -20,7 +20,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Final
 
-from klaw.memory.versioning import Change, versioner
+from klaw.memory.versioning import Change, blob_id, versioner
 
 __all__ = ["ARCHIVE_DIR", "ArchiveReport", "archive_logs", "due_logs"]
 
@@ -71,16 +71,15 @@ def archive_logs(
         log.warning("not archived: %s", report.skipped[0])
         return report
     git = versioner(workspace)
-    active = git.active
-    dirty = (
-        _git_paths(workspace, "status", "--porcelain", "--untracked-files=no") if active else set()
-    )
-    tracked = _git_paths(workspace, "ls-files") if active else set()
+    # HEAD's blob ids, compared with the files' bytes: no `git status`, which can run
+    # the repository's clean filters (a program named in its config)
+    tracked = git.head_ids("memory") if git.active else {}
+    width = len(next(iter(tracked.values()), "0" * 40))
     moves: list[tuple[Path, Path]] = []
     for path in due_logs(workspace, after_days, today):
         rel = path.relative_to(workspace).as_posix()
         target = workspace / ARCHIVE_DIR / path.name
-        if rel in dirty:
+        if rel in tracked and blob_id(path.read_bytes(), width) != tracked[rel]:
             report.skipped.append(f"{rel}: edited and not committed; commit or revert it first")
         elif target.exists() or target.is_symlink():
             report.skipped.append(f"{rel}: {ARCHIVE_DIR}/{path.name} exists already")
@@ -118,13 +117,3 @@ def _stays_inside(workspace: Path, *rels: str) -> bool:
         if path.is_symlink() or (path.exists() and not path.resolve().is_relative_to(root)):
             return False
     return True
-
-
-def _git_paths(workspace: Path, *args: str) -> set[str]:
-    """The paths under memory/ git lists: `status` (changed from HEAD) or `ls-files`."""
-    done = versioner(workspace).git(*args, "-z", "--", "memory")
-    out = set()
-    for rec in done.stdout.decode("utf-8", "replace").split("\0"):
-        if rec:
-            out.add(rec[3:] if args[0] == "status" else rec)
-    return out

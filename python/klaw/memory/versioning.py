@@ -17,9 +17,9 @@ the workspace's memory files is one git commit saying what and why.
   thread per workspace runs git. A reply never waits for a commit.
 - **Why the git CLI.** Zero resident memory in the engine, no import cost, no
   dependency; numbers in docs/decisions.md. Plumbing only (hash-object, a private index,
-  write-tree, commit-tree, update-ref with the old value), so no hook runs and the
-  owner's index is updated only for the committed paths and only when it held HEAD's
-  version of them.
+  write-tree, commit-tree, update-ref with the old value); no program the repository's
+  config names runs (hooks, fsmonitor, filter drivers, gpg are turned off). The owner's
+  index is updated only for the committed paths and only when it held HEAD's version.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ __all__ = [
     "GitError",
     "LogEntry",
     "MemoryGit",
+    "blob_id",
     "is_memory_path",
     "versioner",
 ]
@@ -284,6 +285,22 @@ class MemoryGit:
             raise GitError(f"git {args[0]}: {said}")
         return done
 
+    def _no_filters(self) -> list[str]:
+        """`-c` options emptying every filter driver git's config names: writing the
+        owner's index re-reads racily clean files through their clean filter, a program
+        named in the repository's config. Reading the config runs nothing."""
+        done = self.git("config", "-z", "--get-regexp", r"^filter\.", check=False)
+        names = set()
+        for rec in done.stdout.decode("utf-8", "surrogateescape").split("\0"):
+            key = rec.partition("\n")[0]
+            if key.startswith("filter.") and key.count(".") >= 2:
+                names.add(key[len("filter.") :].rsplit(".", 1)[0])
+        out: list[str] = []
+        for name in sorted(names):
+            for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "0")):
+                out += ["-c", f"filter.{name}.{key}={value}"]
+        return out
+
     def _out(self, *args: str, input: bytes | None = None, index: Path | None = None) -> str:
         return self.git(*args, input=input, index=index).stdout.decode("utf-8", "replace").strip()
 
@@ -297,6 +314,19 @@ class MemoryGit:
             return None
         done = self.git("cat-file", "blob", f"{commit}:{path}", check=False)
         return done.stdout if done.returncode == 0 else None
+
+    def head_ids(self, folder: str) -> dict[str, str]:
+        """path -> blob id of the files under `folder` in HEAD (none without a HEAD)."""
+        head = self.head()
+        if head is None:
+            return {}
+        out: dict[str, str] = {}
+        for rec in self._lines("ls-tree", "-r", "-z", head, "--", folder):
+            meta, _, path = rec.partition("\t")
+            parts = meta.split()
+            if len(parts) == 3 and parts[1] == "blob":
+                out[path] = parts[2]
+        return out
 
     def init(self) -> None:
         """`git init`, a `.gitignore` (an existing one is left as it is) and a baseline
@@ -318,6 +348,7 @@ class MemoryGit:
             "-q",
             "--allow-empty",
             "--no-verify",
+            "--no-gpg-sign",
             "-m",
             _message(
                 "start versioning workspace memory",
@@ -382,7 +413,11 @@ class MemoryGit:
         finally:
             self._index.unlink(missing_ok=True)
         parents = ["-p", head] if head else []
-        return self._out("commit-tree", tree, *parents, input=msg.encode("utf-8")), ids
+        # --no-gpg-sign: commit.gpgSign in the owner's config would run gpg (and prompt)
+        commit = self._out(
+            "commit-tree", "--no-gpg-sign", tree, *parents, input=msg.encode("utf-8")
+        )
+        return commit, ids
 
     def _sync_index(self, bases: dict[str, bytes | None], ids: dict[str, str | None]) -> None:
         """The owner's index follows the commit for the paths whose entry was HEAD's
@@ -395,13 +430,14 @@ class MemoryGit:
         lines = []
         for p in paths:
             base = bases.get(p)
-            if staged.get(p) != (_blob_id(base, width) if base is not None else None):
+            if staged.get(p) != (blob_id(base, width) if base is not None else None):
                 continue
             new = ids[p]
             lines.append(f"100644 {new}\t{p}\0" if new else f"0 {ZERO}\t{p}\0")
         if lines:
             info = "".join(lines).encode("utf-8", "surrogateescape")
-            done = self.git("update-index", "-z", "--index-info", input=info, check=False)
+            quiet = self._no_filters()
+            done = self.git(*quiet, "update-index", "-z", "--index-info", input=info, check=False)
             if done.returncode != 0:
                 log.warning(
                     "memory commit: the index was busy; `git status` may show %s as staged",
@@ -493,7 +529,7 @@ class MemoryGit:
         return new, [p for p, _, _ in plan]
 
 
-def _blob_id(data: bytes, width: int) -> str:
+def blob_id(data: bytes, width: int = 40) -> str:
     """git's id of a blob holding `data` (sha1, or sha256 in a repository made so)."""
     import hashlib
 
