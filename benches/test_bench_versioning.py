@@ -8,8 +8,8 @@ One memory write is the OpenClaw write-back's append of a saved fact to the day'
 - writer: the write wrapped in `MemoryGit.change`, what the writer's thread pays (the
   file read before and after, and the queueing; the commit runs on the worker);
 - commit: the write and its commit done synchronously (`commit_now`), what the worker
-  spends per write: ten git plumbing calls (HEAD, its version of the file, the blob,
-  the tree on a private index, the commit, the ref, the owner's index).
+  spends per write: eleven git calls (HEAD, its version of the file, the blob, the tree
+  on a private index, the commit, the ref, the filter drivers, the owner's index).
 
 Bar: the writer's extra cost is within 2 ms at p50 (a reply never waits for git).
 """
