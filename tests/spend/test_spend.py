@@ -14,7 +14,7 @@ import pytest
 
 from klaw.config import EngineConfig
 from klaw.spend import BudgetSpent, Spend, source_for_chat
-from klaw.spend.log import Call, SpendLog, SpendRead, Told, read_spend
+from klaw.spend.log import MAX_LINE, Call, SpendLog, SpendRead, Told, read_spend
 from klaw.spend.prices import FREE, PRICES_FILE, Price, PriceTable, shipped_prices
 
 COST = 0.013  # one call of 10 + 3 tokens at 1000 USD per million tokens
@@ -208,12 +208,15 @@ def test_damaged_spend_lines_are_skipped_and_counted(tmp_path: Path) -> None:
     with path.open("ab") as fh:
         fh.write(b'{"ts": "2026-03-10T12:00:00Z", "source": "x", "model": "m", "in": -1}\n')
         fh.write(b"not json\n")
+        fh.write(b'{"ts": "' + b"x" * (MAX_LINE * 3) + b'"}\n')  # one endless line
+        fh.write(b'{"ts": "2026-03-10T13:00:00Z", "told": "monthly", "period": "2026-03"}\n')
         fh.write(b'{"ts": "2026-03-10T12:00:00Z", "source": "x", "model": "m"')  # torn
     found = SpendRead()
     entries = list(read_spend(tmp_path, date(2026, 3, 9), date(2026, 3, 11), found))
-    assert [type(e) for e in entries] == [Call, Told]
-    assert len(found.skipped) == 3 and found.files == 1
+    assert [type(e) for e in entries] == [Call, Told, Told]
+    assert len(found.skipped) == 4 and found.files == 1
     assert "2026-03-10.jsonl:3" in found.skipped[0]
+    assert found.skipped[2].startswith("2026-03-10.jsonl:5: line over")
 
 
 def test_an_unwritable_spend_log_still_counts_the_call(

@@ -22,7 +22,11 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Call", "SpendLog", "SpendRead", "Told", "read_spend"]
+__all__ = ["MAX_LINE", "Call", "SpendLog", "SpendRead", "Told", "read_spend"]
+
+#: A line is ~200 bytes; a longer one is damage and is skipped unread (a file of one
+#: endless line must not be read into memory).
+MAX_LINE = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +164,14 @@ def read_spend(
             continue
         found.files += 1
         with fh:
-            for n, raw in enumerate(fh, 1):
+            n = 0
+            while raw := fh.readline(MAX_LINE + 1):
+                n += 1
                 try:
+                    if len(raw) > MAX_LINE:
+                        while raw and not raw.endswith(b"\n"):  # skip the rest of it
+                            raw = fh.readline(MAX_LINE)
+                        raise ValueError(f"line over {MAX_LINE} bytes")
                     if not raw.endswith(b"\n"):
                         raise ValueError("torn last line")
                     yield _parse(json.loads(raw))
