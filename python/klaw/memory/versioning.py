@@ -342,8 +342,9 @@ class MemoryGit:
         if wrote_ignore:
             paths.append(".gitignore")
         if paths:
-            self.git("add", "--", *paths)
+            self.git(*self._no_filters(), "add", "--", *paths)
         self.git(
+            *self._no_filters(),
             "commit",
             "-q",
             "--allow-empty",
