@@ -6,7 +6,7 @@
 use crate::error::{CoreError, Result};
 use crate::store::MessageRow;
 use crate::timeutil::parse_iso;
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde::Deserialize;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -242,16 +242,22 @@ impl Progress {
     }
 }
 
+/// FTS5's buffer of terms before it writes a segment, for the build only (1 MB by
+/// default): fewer, larger first segments leave less merging (~8% of the full-text
+/// thread, which is the build's longest); it is not copied into klaw.db.
+const FTS_BUILD_HASHSIZE: i64 = 64 << 20;
+
 /// Builds the full-text index in its own database file on another thread (SQLite
 /// has one writer per file), fed with (rowid, content) as messages are inserted;
 /// its shadow tables are copied into klaw.db at the end, a plain page copy.
 fn fts_worker(path: &Path, rx: mpsc::Receiver<Vec<(i64, String)>>) -> Result<()> {
     let mut c = Connection::open(path)?;
-    c.execute_batch(
+    c.execute_batch(&format!(
         "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-65536;
          CREATE TABLE messages(content TEXT);
-         CREATE VIRTUAL TABLE messages_fts USING fts5(content, content=messages, content_rowid=rowid, detail=column, tokenize='unicode61 remove_diacritics 0');",
-    )?;
+         CREATE VIRTUAL TABLE messages_fts USING fts5(content, content=messages, content_rowid=rowid, detail=column, tokenize='unicode61 remove_diacritics 0');
+         INSERT INTO messages_fts(messages_fts, rank) VALUES ('hashsize', {FTS_BUILD_HASHSIZE});"
+    ))?;
 
     let t = c.transaction()?;
     {
@@ -311,6 +317,18 @@ pub fn rebuild_messages(
     fts_path.push(".fts-build");
     let fts_path = PathBuf::from(fts_path);
     let _ = std::fs::remove_file(&fts_path);
+    // idx_messages_chat is built once the rows are in (a sort), while the full-text
+    // thread finishes, rather than kept up row by row; its definition is the schema's.
+    let chat_index: Option<String> = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'idx_messages_chat'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if chat_index.is_some() {
+        conn.execute_batch("DROP INDEX idx_messages_chat;")?;
+    }
     let (tx, rx) = mpsc::sync_channel::<Batch>(4);
     let (ftx, frx) = mpsc::sync_channel::<Vec<(i64, String)>>(4);
     let parser = std::thread::spawn(move || parse_files(files, &tx));
@@ -375,6 +393,10 @@ pub fn rebuild_messages(
         waited.as_secs_f64(),
         blocked.as_secs_f64()
     ));
+    if let Some(sql) = &chat_index {
+        t.execute_batch(sql)?;
+        mark("idx_messages_chat built");
+    }
     let sessions = match parser.join() {
         Ok(r) => r?,
         Err(_) => {
@@ -392,8 +414,6 @@ pub fn rebuild_messages(
         }
     }
     mark("full-text built");
-    // idx_messages_chat is maintained during the inserts: the writer has slack
-    // while it waits for the full-text thread, so this beats a sort afterwards.
     // Sessions: the segment starts at the last session_break of each chat; the
     // model is the last one a model_switch or session_break named (SessionAcc).
     {
@@ -417,7 +437,7 @@ pub fn rebuild_messages(
          INSERT INTO main.messages_fts_data SELECT * FROM ftsb.messages_fts_data;
          INSERT INTO main.messages_fts_idx SELECT * FROM ftsb.messages_fts_idx;
          INSERT INTO main.messages_fts_docsize SELECT * FROM ftsb.messages_fts_docsize;
-         INSERT INTO main.messages_fts_config SELECT * FROM ftsb.messages_fts_config;
+         INSERT INTO main.messages_fts_config SELECT * FROM ftsb.messages_fts_config WHERE k <> 'hashsize';
          COMMIT;",
     )?;
     conn.execute("DETACH DATABASE ftsb", [])?;
