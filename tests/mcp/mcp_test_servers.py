@@ -3,8 +3,9 @@ serves over stdin/stdout, `app()` is the streamable HTTP app run on 127.0.0.1.
 
 Tools: echo, env (the names of its environment variables), crash (the process exits
 mid-call), hang (never answers), big (10 MB of text), grow (adds a tool `late` and
-announces the new list), and with `--many N` N more
-(tool_0 ... tool_N-1). `--pidfile F` writes the process id to F at start."""
+announces the new list), with `--huge` sprawling (a 25 KB argument schema), and with
+`--many N` N more (tool_0 ... tool_N-1). `--pidfile F` writes the process id to F at
+start."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+from pydantic import Field
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 
 
-def build(many: int = 0, *, writes: bool = False) -> MCPServer:
+def build(many: int = 0, *, writes: bool = False, huge: bool = False) -> MCPServer:
     server: MCPServer = MCPServer(name="testsrv", instructions="A test server for Klaw.")
 
     async def echo(text: str) -> str:
@@ -52,6 +54,15 @@ def build(many: int = 0, *, writes: bool = False) -> MCPServer:
 
     for fn in (echo, env, crash, hang, big, grow):
         server.add_tool(fn, annotations=READ_ONLY, structured_output=False)
+    if huge:
+
+        async def sprawling(
+            text: Annotated[str, Field(description="a very long explanation " * 1000)],
+        ) -> str:
+            """A tool whose argument schema is 25 KB."""
+            return text
+
+        server.add_tool(sprawling, annotations=READ_ONLY, structured_output=False)
     if writes:
 
         async def write_note(text: str) -> str:
@@ -95,7 +106,7 @@ def main(argv: list[str]) -> None:
     many = int(argv[argv.index("--many") + 1]) if "--many" in argv else 0
     if "--pidfile" in argv:
         Path(argv[argv.index("--pidfile") + 1]).write_text(str(os.getpid()))
-    build(many, writes="--writes" in argv).run("stdio")
+    build(many, writes="--writes" in argv, huge="--huge" in argv).run("stdio")
 
 
 if __name__ == "__main__":

@@ -186,6 +186,13 @@ async def test_a_server_announcing_new_tools_is_listed_again() -> None:
         assert server.starts == 1  # listed again, not restarted
 
 
+async def test_a_tool_with_a_huge_schema_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    async with running(t=sdk_server("--huge")) as manager:
+        offered = {t.remote for t in group(manager, "t").tools()}
+    assert "sprawling" not in offered and "echo" in offered
+    assert "tool sprawling left out: its argument schema has" in caplog.text
+
+
 async def test_allow_and_deny_pick_the_tools() -> None:
     cfg = sdk_server("--many", "3", tools={"allow": ["tool_*", "echo"], "deny": ["tool_1"]})
     async with running(t=cfg) as manager:

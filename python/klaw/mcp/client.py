@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import logging
 import os
 import shutil
@@ -46,6 +47,8 @@ START_TIMEOUT_S: Final = 30.0
 STABLE_S: Final = 60.0
 #: Tools listed per server at most (pages of tools/list are followed up to this).
 MAX_TOOLS: Final = 1000
+#: A tool whose argument schema's JSON is longer is not offered (~4k tokens).
+MAX_SCHEMA_CHARS: Final = 16_000
 #: PATH for a child when the engine has none.
 DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 
@@ -207,7 +210,21 @@ class McpServer:
             log.warning(
                 "MCP server %s lists over %d tools: the rest are left out", self.name, MAX_TOOLS
             )
-        return [t for t in listed[:MAX_TOOLS] if self._allowed(t.name)]
+        return [t for t in listed[:MAX_TOOLS] if self._allowed(t.name) and self._small(t)]
+
+    def _small(self, tool: types.Tool) -> bool:
+        """A schema over MAX_SCHEMA_CHARS would cost more than whole prompts: left out."""
+        size = len(json.dumps(tool.input_schema, ensure_ascii=False, default=str))
+        if size <= MAX_SCHEMA_CHARS:
+            return True
+        log.warning(
+            "MCP server %s: tool %s left out: its argument schema has %d characters (over %d)",
+            self.name,
+            tool.name,
+            size,
+            MAX_SCHEMA_CHARS,
+        )
+        return False
 
     def _allowed(self, tool: str) -> bool:
         from fnmatch import fnmatchcase
