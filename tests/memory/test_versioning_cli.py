@@ -87,3 +87,19 @@ def test_condense_proposes_then_applies_and_archives(klaw_home: KlawPaths) -> No
     assert subjects == ["memory: archive 1 daily log", "memory: condense MEMORY.md"]
     nothing = runner.invoke(app, ["memory", "condense", "--apply"])
     assert "no proposal to apply" in nothing.stdout
+
+
+def test_doctor_says_whether_memory_is_versioned_and_memory_md_fits(
+    klaw_home: KlawPaths,
+) -> None:
+    ws = home(klaw_home, git="null")
+    (ws / "MEMORY.md").write_text("# MEMORY.md\n\n- short\n")
+    out = CliRunner().invoke(app, ["doctor"]).stdout
+    assert "ok    memory versioning: off (the workspace is no git repository" in out
+    assert "ok    MEMORY.md: " in out and "within its share of the prompt (300)" in out
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    (ws / "MEMORY.md").write_text("- a long line of the owner's notes\n" * 200)
+    out = CliRunner().invoke(app, ["doctor"]).stdout
+    assert "ok    memory versioning: on (" in out
+    assert "warn  MEMORY.md: " in out and "over its share of the prompt (300)" in out
+    assert "klaw memory condense" in out

@@ -8,6 +8,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from klaw.cli.mcp_cmds import Doctor
     from klaw.config import EngineConfig
     from klaw.memory.versioning import MemoryGit
     from klaw.paths import KlawPaths
@@ -131,6 +134,45 @@ def condense(apply: bool = False) -> int:
     except OSError as exc:
         return _err(f"{exc.filename or 'the workspace'}: {exc.strerror}")
     return _reindex(paths) if wrote else 0
+
+
+def check_memory(doc: Doctor, cfg: EngineConfig, workspace: Path) -> None:
+    """`klaw doctor`'s lines on versioned memory and MEMORY.md's share of the prompt.
+    Never a FAIL: memory works without either."""
+    import shutil
+
+    from klaw.memory.versioning import MemoryGit
+
+    git = MemoryGit(workspace, enabled=cfg.memory.git)
+    if cfg.memory.git is False:
+        doc.ok("memory versioning: off (memory.git: false)")
+    elif shutil.which("git") is None and (git.is_repo or cfg.memory.git):
+        doc.warn(
+            "memory versioning: git is not installed",
+            "install it (apt install git) to have Klaw's memory changes committed",
+        )
+    elif git.is_repo:
+        doc.ok(f"memory versioning: on ({workspace} is a git repository; `klaw memory log`)")
+    elif cfg.memory.git:
+        doc.ok("memory versioning: on (memory.git: true; the engine creates the repository)")
+    else:
+        doc.ok("memory versioning: off (the workspace is no git repository; memory.git: true)")
+    share = cfg.memory.prompt.memory_md_tokens
+    memory_md = workspace / "MEMORY.md"
+    if share and memory_md.is_file():
+        from klaw.memory.rows import count_tokens_batch
+        from klaw.workspace_text import workspace_text
+
+        text = workspace_text(memory_md.read_bytes().decode("utf-8", "replace"))
+        tokens = count_tokens_batch([text])[0]
+        if tokens > share:
+            doc.warn(
+                f"MEMORY.md: {tokens} tokens, over its share of the prompt ({share}); only "
+                "its first lines go in",
+                "`klaw memory condense` proposes a shorter file; `--apply` applies it",
+            )
+        else:
+            doc.ok(f"MEMORY.md: {tokens} tokens, within its share of the prompt ({share})")
 
 
 def _reindex(paths: KlawPaths) -> int:

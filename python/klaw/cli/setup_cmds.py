@@ -563,6 +563,9 @@ def doctor() -> int:
     _check_store(doc, paths)
     _check_scheduler(doc, paths)
     _check_core_memory(doc, paths)
+    from klaw.cli.memory_upkeep_cmds import check_memory
+
+    check_memory(doc, cfg, resolve_workspace(cfg))
     _check_disk(doc, paths)
     _check_provider(doc, cfg)
     _report_backend(doc, cfg, model, ort_ok)
