@@ -128,6 +128,8 @@ async def test_parallel_chats_and_jobs_stop_at_the_cap_within_one_call_per_slot(
         f"job:job{i}" for i in range(4)
     }
     assert sum(bool(r.meta.get("first_notice")) for r in refused) == 1  # told once a day
+    answered = [r for r in sent if isinstance(r, Outbound) and r not in refused]
+    assert all(r.meta["cost"] == {"USD": pytest.approx(CALL_COST)} for r in answered)
 
 
 async def test_a_chat_over_budget_gets_the_notice_and_the_offline_models_answer(

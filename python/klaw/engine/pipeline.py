@@ -530,6 +530,7 @@ class Pipeline:
                 break
             usage.tokens_in += response.usage.tokens_in
             usage.tokens_out += response.usage.tokens_out
+            _add_cost(meta, response)
             answered_by = response.model or answered_by
             if not response.tool_calls:
                 text = response.content or ""
@@ -943,6 +944,19 @@ def _decides_window(rows: Sequence[StoredMessage], cap: int) -> bool:
         ):
             counted += 1
     return counted > cap
+
+
+def _add_cost(meta: dict[str, Any], response: LlmResponse) -> None:
+    """The turn's cost on its reply (`meta.cost`, per currency; `meta.cost_unknown`:
+    calls of unknown price); the spend log has each call (docs/costs.md)."""
+    call = response.spent
+    if call is None:
+        return  # not metered
+    if call.cost is None:
+        meta["cost_unknown"] = meta.get("cost_unknown", 0) + 1
+    elif call.currency is not None:  # else a local model: free
+        costs = meta.setdefault("cost", {})
+        costs[call.currency] = round(costs.get(call.currency, 0.0) + call.cost, 8)
 
 
 def _merge_user_runs(rows: Sequence[StoredMessage]) -> list[StoredMessage]:

@@ -297,13 +297,16 @@ class Router:
                     relay,
                     restart=restart,
                 )
+                spent = None
                 if ticket is not None and self.spend is not None:
                     usage = response.usage
-                    self.spend.settle(
+                    spent = self.spend.settle(
                         ticket, target.ref, usage.tokens_in, usage.tokens_out, usage.cached_in
                     )
                 # Callers log and bill by the reference they configured ("glm/glm-5").
-                return dataclasses.replace(response, model=target.ref, budget_note=note)
+                return dataclasses.replace(
+                    response, model=target.ref, budget_note=note, spent=spent
+                )
             except ProviderError as exc:
                 failures[target.ref] = exc
                 if failed_after_text():

@@ -7,7 +7,10 @@ import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from klaw.spend.log import Call
 
 __all__ = [
     "DeltaCallback",
@@ -145,6 +148,9 @@ class LlmResponse:
     # Set when the budget was spent and `budget.offlineModel` answered: the one-line
     # notice the user is shown with the answer.
     budget_note: str | None = None
+    # The call as the spend meter recorded it (its cost, None when its price is
+    # unknown); None when the router has no meter.
+    spent: Call | None = None
 
     def to_message(self) -> Message:
         """The assistant message to append to the history before the tool results."""
