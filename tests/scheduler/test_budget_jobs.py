@@ -32,15 +32,16 @@ SILENT = '{"silent": true, "reason": "nothing new"}'
 COST = 13 * 1000 / 1e6  # the fake's 10 + 3 tokens at 1000 USD per million
 
 
-def priced(paths: KlawPaths, url: str) -> None:
-    """engine.yaml with `fake/m` priced and a 0.02 USD daily cap per job."""
+def priced(paths: KlawPaths, url: str, budget: str = "perSource:\n    'job:*': 0.02") -> Path:
+    """engine.yaml with `fake/m` priced and `budget` (a 0.02 USD daily cap per job)."""
     path = engine_yaml(paths.engine_config, url)
     text = path.read_text().replace(
         "    maxTokens: 512\n",
         "    maxTokens: 512\n    price: {input: 1000, output: 1000, currency: USD}\n",
         1,
     )
-    path.write_text(text + "budget:\n  perSource:\n    'job:*': 0.02\n")
+    path.write_text(f"{text}budget:\n  {budget}\n")
+    return path
 
 
 async def capped_runs(n: int) -> list[dict[str, Any]]:
@@ -95,7 +96,7 @@ async def test_a_job_over_its_cap_rests_and_the_owner_is_told_once(
 
 
 async def test_a_reflect_run_over_budget_is_capped_not_failed(
-    tmp_path: Path, klaw_home: KlawPaths, memory: Any, llm: FakeLLM
+    klaw_home: KlawPaths, memory: Any, llm: FakeLLM
 ) -> None:
     from test_reflect import DAY1, write_logs
 
@@ -104,16 +105,8 @@ async def test_a_reflect_run_over_budget_is_capped_not_failed(
     from klaw.llm.router import Router
     from klaw.scheduler.reflect import Reflector
     from klaw.spend import Spend
-    from scripted_llm import write_engine_yaml
 
-    path = write_engine_yaml(tmp_path / "engine.yaml", llm.url)
-    text = path.read_text().replace(
-        "    maxTokens: 512\n",
-        "    maxTokens: 512\n    price: {input: 1000, output: 1000, currency: USD}\n",
-        1,
-    )
-    path.write_text(text + "budget:\n  daily: 0\n")
-    config = load_engine_config(path)
+    config = load_engine_config(priced(klaw_home, llm.url, "daily: 0"))
     router = Router(config, spend=Spend(config, klaw_home.spend))
     pipeline = Pipeline(config, klaw_home, memory, router)
     write_logs(klaw_home.workspace, ("2026-03-02.md", DAY1))
