@@ -58,6 +58,7 @@ _LEGACY_MARK: Final = "mark.json"  # and {slot}.json, before replies.jsonl
 
 @dataclass
 class _Chat:
+    folder: Path  # answered/{chat_id}, its name validated once
     mark: dict[str, Any]  # {"ts", "n"}; {} when nothing was answered
     kept: list[tuple[list[str], str]] = field(default_factory=list)  # (ids, reply), oldest first
     lines: int = 0  # lines in replies.jsonl
@@ -130,7 +131,7 @@ class AnsweredMarks:
         reply = out.model_dump_json()
         line = _line(n, ts, out.answers, reply)
         kept = [*chat.kept[-(KEPT_REPLIES - 1) :], (list(out.answers), reply)]
-        folder = self._dir(out.chat_id)
+        folder = chat.folder
         written = {"file"}
         if chat.rewrite or chat.lines >= COMPACT_AT:
             if not folder.is_dir():
@@ -193,7 +194,8 @@ class AnsweredMarks:
         return self._load_legacy(chat_id, folder)
 
     def _parse(self, chat_id: str, raw: str) -> _Chat:
-        chat = _Chat(mark={}, rewrite=not raw.endswith("\n") and bool(raw))
+        folder = self._dir(chat_id)
+        chat = _Chat(folder, mark={}, rewrite=not raw.endswith("\n") and bool(raw))
         bad = 0
         for text in raw.splitlines():
             chat.lines += 1
@@ -216,7 +218,7 @@ class AnsweredMarks:
                 "answered: %d damaged line(s) in %s; redelivered messages of %s may be "
                 "answered again",
                 bad,
-                self._dir(chat_id) / LOG_NAME,
+                folder / LOG_NAME,
                 chat_id,
             )
         return chat
@@ -229,7 +231,7 @@ class AnsweredMarks:
         if raw is None and self._legacy is not None:
             raw = self._legacy(LEGACY_KEY.format(chat_id=chat_id))
         if not raw:
-            return _Chat(mark={})
+            return _Chat(folder, mark={})
         try:
             loaded = json.loads(raw)
         except ValueError:
@@ -242,9 +244,9 @@ class AnsweredMarks:
                 path,
                 chat_id,
             )
-            return _Chat(mark={}, legacy=[_LEGACY_MARK] if from_files else [])
+            return _Chat(folder, mark={}, legacy=[_LEGACY_MARK] if from_files else [])
         n = int(loaded.get("n", 0))
-        chat = _Chat(mark={"ts": loaded.get("ts", ""), "n": n})
+        chat = _Chat(folder, mark={"ts": loaded.get("ts", ""), "n": n})
         if from_files:
             chat.legacy.append(_LEGACY_MARK)
         slots = loaded.get("slots")
