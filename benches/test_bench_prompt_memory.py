@@ -142,6 +142,7 @@ RESULTS: dict[str, list[int]] = {}
 def test_prompt_memory_klaw(benchmark: Any, year: Path) -> None:
     cfg = CONFIG
     recall = Recall(year, cfg.memory.auto_recall, None)
+    recall.refresh()  # what it knows, read now (an engine reads it in the background)
     messages = _messages()
     totals = []
     for m in messages:
