@@ -201,3 +201,22 @@ async def test_local_models_are_not_capped(
         response = await asyncio.wait_for(router.complete(request, source="chat:x"), T)
     assert response.content == "free" and response.budget_note is None
     assert [(c.model, c.cost) for c in logged(klaw_home)] == [("local/tiny", 0.0)]
+
+
+async def test_a_budget_spent_between_tool_rounds_ends_the_turn_with_the_notice(
+    engine: Any, llm: FakeLLM, memory: Memory
+) -> None:
+    from scripted_llm import call
+
+    pipeline = engine("budget:\n  daily: 0.05\n")
+    llm.answer(None, [call("c1", "current_time", "{}")])
+    llm.replies[-1][1]["usage"] = dict(USAGE)  # 0.051: over the cap after this call
+    out = Outbox()
+    await asyncio.wait_for(pipeline.handle(inbound("m1", "what time is it?"), out), T)
+    reply = out.sent[-1]
+    assert isinstance(reply, Outbound) and reply.meta["error"] == "budget_spent"
+    assert reply.meta["cost"] == {"USD": pytest.approx(CALL_COST)}
+    assert [r.meta.get("tool") for r in reply.records] == [None, "current_time"]
+    assert len(llm.requests) == 1  # the second round was never asked
+    roles = [r.role for r in memory.store.recent_messages("telegram_1", None, 10)]
+    assert roles == ["user", "assistant", "tool", "assistant"]
