@@ -85,6 +85,16 @@ async def test_private_groups_stay_out_of_group_chats() -> None:
     assert unknown.is_error and "Unknown tool group 'mine'" in unknown.content
 
 
+async def test_a_group_turning_private_leaves_group_chats_built_before() -> None:
+    # An MCP server's privacy is known once its tools are listed, which may be after
+    # a group chat's registry was built.
+    late = Clocks("late")
+    group = registry(late).without_private_groups()
+    assert group.schemas()[0].description.endswith("- late: what time it is")
+    late._private = True
+    assert group.schemas() == [] and "current_time" not in group
+
+
 async def test_a_group_may_refuse_a_call() -> None:
     reg = registry(Clocks("clocks", refuse="Not run: ask the owner"))
     result = await reg.dispatch("current_time", {})

@@ -84,7 +84,7 @@ class ToolRegistry:
     def attach(self, disclosure: Disclosure | None) -> None:
         """Offer `disclosure`'s groups: `tools_load` while one is folded, the tools of
         eager and loaded ones; every group tool is callable."""
-        self.disclosure = disclosure if disclosure is not None and disclosure.groups else None
+        self.disclosure = disclosure if disclosure else None
 
     def begin_turn(self) -> None:
         if self.disclosure is not None:

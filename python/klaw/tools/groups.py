@@ -78,17 +78,35 @@ class Disclosure:
     """A chat's groups and which of them are loaded."""
 
     def __init__(
-        self, chat_id: str, groups: Iterable[ToolGroup], *, _state: _State | None = None
+        self,
+        chat_id: str,
+        groups: Iterable[ToolGroup],
+        *,
+        _state: _State | None = None,
+        _keep: Callable[[ToolGroup], bool] | None = None,
     ) -> None:
         self.chat_id = chat_id
-        self.groups = {g.name: g for g in groups}
+        self._all = {g.name: g for g in groups}
         self._state = _state or _State()
+        self._keep = _keep
+
+    @property
+    def groups(self) -> dict[str, ToolGroup]:
+        """The groups offered now (asked each time: a server's privacy may change
+        once its tools are listed)."""
+        keep = self._keep
+        if keep is None:
+            return self._all
+        return {n: g for n, g in self._all.items() if keep(g)}
+
+    def __bool__(self) -> bool:
+        return bool(self._all)
 
     def restricted(self, keep: Callable[[ToolGroup], bool]) -> Disclosure:
-        """The same chat's state with only the groups `keep` accepts."""
-        return Disclosure(
-            self.chat_id, [g for g in self.groups.values() if keep(g)], _state=self._state
-        )
+        """The same chat's state with only the groups `keep` accepts (when asked)."""
+        prev = self._keep
+        both = keep if prev is None else (lambda g: prev(g) and keep(g))
+        return Disclosure(self.chat_id, self._all.values(), _state=self._state, _keep=both)
 
     def begin_turn(self) -> None:
         """A new turn: groups idle for `IDLE_TURNS` turns fold back into their line."""
