@@ -1,0 +1,52 @@
+"""The owner's approvals of MCP servers (klaw.mcp.approvals) on a real state file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from klaw.mcp.approvals import Approvals
+
+MODES = {"git": "first", "shell": "always", "time": "never"}
+CHAT = "telegram_1"
+
+
+def test_first_is_once_per_chat_and_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "mcp-approvals.json"
+    a = Approvals(path)
+    assert a.check(CHAT, "git", "first", "mcp__git__git_commit") is not None
+    assert a.approve(CHAT, "", MODES, group=False) == (
+        "Waiting for approval:\n/approve git (asked for mcp__git__git_commit)"
+    )
+    assert "from now on" in a.approve(CHAT, "git", MODES, group=False)
+    assert a.check(CHAT, "git", "first", "mcp__git__git_commit") is None
+    again = Approvals(path)
+    assert again.check(CHAT, "git", "first", "x") is None
+    assert again.check("telegram_2", "git", "first", "x") is not None  # another chat
+
+
+def test_always_lets_one_call_run(tmp_path: Path) -> None:
+    a = Approvals(tmp_path / "a.json")
+    assert a.check(CHAT, "shell", "always", "t") is not None
+    assert "the next call" in a.approve(CHAT, "shell", MODES, group=False)
+    assert a.check(CHAT, "shell", "always", "t") is None
+    assert a.check(CHAT, "shell", "always", "t") is not None
+    assert not (tmp_path / "a.json").exists()  # one-call approvals are not kept
+
+
+def test_never_groups_and_unknown_servers(tmp_path: Path) -> None:
+    a = Approvals(tmp_path / "a.json")
+    assert a.check(CHAT, "time", "never", "t") is None
+    assert "needs no approval" in a.approve(CHAT, "time", MODES, group=False)
+    assert "private chat" in a.approve("telegram_-5", "git", MODES, group=True)
+    assert "No MCP server 'nope'" in a.approve(CHAT, "nope", MODES, group=False)
+    assert a.approve(CHAT, "", MODES, group=False) == "Nothing waits for approval here."
+
+
+def test_a_damaged_file_approves_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "a.json"
+    path.write_text('{"approved": [["telegram_1", "git"]')  # cut short
+    a = Approvals(path)
+    assert a.check(CHAT, "git", "first", "t") is not None
+    assert "MCP approvals start empty" in caplog.text
