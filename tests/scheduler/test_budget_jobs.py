@@ -69,11 +69,15 @@ async def test_a_job_over_its_cap_rests_and_the_owner_is_told_once(
         runs = await asyncio.wait_for(capped_runs(3), T)
         assert (await klaw("schedule", "remove", "pricey"))[0] == 0
         told = await telegram.wait_sent(OWNER, 1, T)
+        telegram.command(OWNER, "status")
+        sent = await telegram.wait_sent(OWNER, 2, T)
+    assert len(sent) == 2  # told once, then /status
+    assert "Spent today 0.0260 USD, this month 0.0260 USD" in sent[-1].visible
     assert [r["status"] for r in runs].count("silent") == 2  # 0.013, then 0.026 ≥ 0.02
     assert len(llm.requests) == 2
     capped = [r for r in runs if r["status"] == "capped"]
     assert "The daily budget of job:pricey (0.0200 USD) is spent" in capped[0]["error"]
-    assert len(told) == 1 and "Scheduled job 'pricey' rests" in told[0].visible
+    assert "Scheduled job 'pricey' rests" in told[0].visible
 
     rc, out, err = await klaw("budget", "--json")
     assert rc == 0, err

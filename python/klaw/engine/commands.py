@@ -5,7 +5,8 @@
     /model p/model-id  switch (validated against engine.yaml `models`)
     /models            the configured models, marking the chat's and which have keys
     /memory            core memory
-    /status            engine uptime, the chat's model, segment start, messages in flight
+    /status            engine uptime, the chat's model, segment start, messages in flight,
+                       what was spent today and this month
     /help              the commands of engine.yaml `commands`
 
 The engine is not the writer of interactive logs: markers go to the gateway as the
@@ -212,6 +213,8 @@ class Commands:
             f"Messages in flight: {info.get('in_flight', 0)}",
             f"Stored: {stats.get('messages', 0)} messages, {stats.get('chunks', 0)} memory chunks",
         ]
+        if info.get("spend"):  # the spend meter's line (docs/costs.md)
+            lines.append(str(info["spend"]))
         return "\n".join(lines)
 
     def _help(self) -> str:

@@ -265,6 +265,20 @@ class Spend:
             out.append(Cap(key, cap, max(sources.values(), default=0.0), p.next_day, sources))
         return out
 
+    def summary(self) -> str:
+        """One line for /status; reads only (called from a worker thread)."""
+        now, p, budget = self._clock(), self._period, self.budget
+        day = self._day if now < p.end else 0.0
+        month = self._month if now < p.month_end else 0.0
+        cur = budget.currency
+        text = f"Spent today {_money(day, cur)}"
+        text += f" of {_money(budget.daily, cur)}" if budget.daily is not None else ""
+        text += f", this month {_money(month, cur)}"
+        text += f" of {_money(budget.monthly, cur)}" if budget.monthly is not None else ""
+        if self.unpriced_today and now < p.end:
+            text += f"; {self.unpriced_today} call(s) today of unknown cost"
+        return text
+
     @property
     def spent_today(self) -> float:
         return self._day
