@@ -451,6 +451,7 @@ def _pipeline(
         lambda: {
             "uptime_s": time.monotonic() - server.t0,
             "in_flight": server.in_flight,
+            "spend": router.spend.summary() if router.spend is not None else None,
         }
     )
     return pipeline
