@@ -24,7 +24,6 @@ from klaw.lanes import SUBAGENT
 from klaw.scheduler.jobs import JobSpec
 from klaw.scheduler.ledger import Ledger
 from klaw.scheduler.precheck import run_precheck
-from klaw.spend import source_for_chat
 from klaw.scheduler.quiet import heartbeat_digest
 from klaw.spend import source_for_chat
 from klaw.wire.loglines import inbound_line, outbound_line, to_record
@@ -208,6 +207,8 @@ class JobRunner:
         got = await self.reflector.run(left)
         await self._upkeep(due)
         status = "failed" if got.error else "ok" if got.calls else "quiet"
+        if got.spent:  # the budget: like a job's run, recorded capped (docs/costs.md)
+            status = "capped"
         note = got.error or (None if got.calls else "no new facts")
         if got.capped and not got.error:
             note = f"daily token cap reached after {got.facts} facts; the rest next run"
