@@ -248,8 +248,8 @@ class Router:
         """(reservation, notice): the notice when an over-budget chat goes offline."""
         if self.spend is None:
             return None, None
-        if self.spend.free([t.ref for t in chain]):  # local models: no cap applies
-            return Ticket(source, 0.0), None
+        if not self._config.budget.active or self.spend.free([t.ref for t in chain]):
+            return Ticket(source, 0.0), None  # no cap applies: nothing to reserve
         first = chain[0]
         chars = sum(len(m.content or "") for m in request.messages)
         out = min(request.max_tokens or first.config.max_tokens or 1024, 1024)
