@@ -196,7 +196,8 @@ class AutoRecallConfig(Section):
     max_tokens: PositiveInt = 600
     # Tier 2: the message's embedding against pages' and facts' descriptors (cosine).
     similarity: bool = True
-    min_similarity: Annotated[float, Field(ge=0, le=1)] = 0.45
+    # null: measured for the model (klaw.memory.recall.MIN_SIMILARITY)
+    min_similarity: Annotated[float, Field(ge=0, le=1)] | None = None
 
 
 class ReflectConfig(Section):

@@ -1,6 +1,7 @@
 """The retained facts of the workspace's daily logs (`memory/**/*.md`, their `## Retain`
 bullets, parsed by klaw.memory.retain), as auto-recall and the reflect job read them:
-each log parsed again only when its stat changes, and which facts are current.
+each log parsed again only when its stat changes, and which facts are current
+(supersession is klaw.memory.facts', the same marks the index holds).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from klaw.memory.retain import Fact, entity_key, parse_retain
@@ -23,20 +24,17 @@ log = logging.getLogger("klaw.memory")
 name_key = functools.lru_cache(maxsize=1 << 16)(entity_key)
 
 
-def current_facts(facts: Iterable[Fact]) -> list[Fact]:
-    """`facts` without those a newer fact replaces (the same entity and attribute,
-    written on a later day: the day of its log, not the day it names), newest first."""
-    ordered = sorted(facts, key=lambda f: (f.day or f.start or "", f.source, f.line), reverse=True)
-    seen: set[tuple[str, str]] = set()
-    out: list[Fact] = []
-    for f in ordered:
-        if f.attribute:
-            keys = {(name_key(e), f.attribute) for e in f.entities}
-            if keys & seen:
-                continue
-            seen |= keys
-        out.append(f)
-    return out
+def current_facts(facts: Iterable[Fact], superseded: Mapping[str, str] | None = None) -> list[Fact]:
+    """`facts`, newest first (the day of their log, then the line), without those a
+    newer fact replaces: `superseded` (fact id -> the newer one's, from
+    `klaw.memory.facts.supersessions` over every fact), else computed from `facts`."""
+    pool = list(facts)
+    if superseded is None:
+        from klaw.memory.facts import supersessions
+
+        superseded = supersessions(pool)
+    kept = [f for f in pool if f.id not in superseded]
+    return sorted(kept, key=lambda f: (f.day or f.start or "", f.source, f.line), reverse=True)
 
 
 class FactFiles:

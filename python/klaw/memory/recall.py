@@ -15,7 +15,8 @@ fact is recalled even before the reflect job has made a page for its entity.
   loaded, against the vectors the memory index already holds for the bank's pages and
   the daily logs (one int8 scan of klaw.db's vector index); a chunk of a page brings
   its entity, a chunk of a log the retained facts on its lines. Only above
-  `memory.autoRecall.minSimilarity`, and only for a message of a few words or more.
+  `memory.autoRecall.minSimilarity` (else the model's, `MIN_SIMILARITY`), and only
+  for a message of a few words or more.
 
 What is put in: each entity's page summary and its newest facts (superseded ones left
 out: a newer fact about the same entity and attribute replaces them), facts found by
@@ -64,6 +65,15 @@ SUMMARY_CHARS: Final = 600
 MIN_TERMS_FOR_SIMILARITY: Final = 3
 #: Chunks taken from the vector index for tier 2.
 SIMILAR_CHUNKS: Final = 8
+#: Tier 2's cosine bar per embedding model (`memory.autoRecall.minSimilarity: null`),
+#: measured on the personal dev set (benches/eval_recall.py, docs/memory.md): the
+#: lowest bar at which one unrelated request in ten or fewer brings anything in. The
+#: models' cosines live on different scales (e5's related pairs score ~0.85).
+MIN_SIMILARITY: Final = {
+    "use-multilingual-v3": 0.30,
+    "multilingual-e5-small": 0.85,
+    "all-MiniLM-L6-v2": 0.50,
+}
 #: Text of the new messages looked at (the end of a long paste).
 MAX_TEXT_CHARS: Final = 4000
 
@@ -156,10 +166,13 @@ def _build(workspace: Path, fact_files: FactFiles, page_cache: _PageCache) -> _S
                     owners.append(None)
                 for at in index[k]:
                     facts_of.setdefault(at, []).append(f)
+    from klaw.memory.facts import supersessions
+
+    replaced = supersessions(f for facts in by_source.values() for f in facts)
     for at, own in enumerate(owners):
         display = own.name if own else names[at][0]
-        superseded = {h.id for h in own.history} if own else set()
-        facts = [f for f in current_facts(facts_of.get(at, ())) if f.id not in superseded]
+        history = {h.id for h in own.history} if own else set()
+        facts = [f for f in current_facts(facts_of.get(at, ()), replaced) if f.id not in history]
         snap.known.append(Known(name_key(display), display, own, tuple(facts)))
         for n in names[at]:
             words = _words(n)
@@ -286,6 +299,8 @@ class Recall:
             log.debug("auto-recall: no similarity this turn: %s", exc)
             return []
         bar = self.config.min_similarity
+        if bar is None:
+            bar = MIN_SIMILARITY.get(memory.config.memory.embedding.model, 0.5)
         good = {cid: score for cid, score in hits if score >= bar}
         if not good:
             return []

@@ -9,7 +9,8 @@ decides:
 - a page gets every new fact about its entity (the model cannot drop one), a summary
   and aliases the model wrote (checked: text, bounded), and supersession pairs whose
   two facts are both the entity's, the newer written no earlier than the older; a
-  newer fact with the same attribute (`W(a=home)`) supersedes the older by itself;
+  newer fact about the same attribute supersedes the older by itself (the marks of
+  klaw.memory.facts, which the index holds too: `W(a=home)`, or "moved to");
 - an opinion's confidence moves by rule (`moved`), never by the model's number: each
   new supporting fact +0.05, each new contradicting one -0.05, at most 0.1 either
   way in a run; more (up to 0.3 down) only when the model calls the contradiction
@@ -29,7 +30,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -273,8 +274,11 @@ def apply_answer(
         for pair in item.get("superseded") or []:
             if isinstance(pair, dict):
                 _supersede(p, str(pair.get("old", "")), str(pair.get("new", "")), known, out)
+    from klaw.memory.facts import supersessions
+
+    replaced = supersessions(known.values())  # what the index marks, from the same facts
     for p in pages:
-        _by_attribute(p, known)
+        _by_attribute(p, replaced)
         out.pages[p.slug] = p
 
     _apply_opinions(answer, opinions, new, batch_ids, known, today, out)
@@ -295,18 +299,17 @@ def _supersede(page: EntityPage, old: str, new: str, known: dict[str, Fact], out
     page.history.append(replace(o, until=n.day, by=n.id))
 
 
-def _by_attribute(page: EntityPage, known: dict[str, Fact]) -> None:
-    """A newer fact with the same attribute supersedes the older (no model needed)."""
-    latest: dict[str, PageFact] = {}
-    for pf in sorted(page.facts, key=lambda f: f.day):
-        fact = known.get(pf.id)
-        if fact is None or not fact.attribute:
+def _by_attribute(page: EntityPage, replaced: Mapping[str, str]) -> None:
+    """A fact a newer fact about the same entity and attribute replaces (the marks of
+    `klaw.memory.facts.supersessions`) moves to the page's history, with the day of
+    the fact that replaced it, when that fact is on the page too."""
+    current = {f.id: f for f in page.facts}
+    for pf in list(page.facts):
+        by = replaced.get(pf.id)
+        if by is None or by not in current:
             continue
-        before = latest.get(fact.attribute)
-        if before is not None and before.day <= pf.day:
-            page.facts = [f for f in page.facts if f.id != before.id]
-            page.history.append(replace(before, until=pf.day, by=pf.id))
-        latest[fact.attribute] = pf
+        page.facts = [f for f in page.facts if f.id != pf.id]
+        page.history.append(replace(pf, until=current[by].day, by=by))
 
 
 def _apply_opinions(
