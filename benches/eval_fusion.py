@@ -145,6 +145,41 @@ def peaked(q: Q, a: float, n: int, pivot: int = 0) -> Fused:
     return _sum(nv, nk, pv / (pv + pk), pk / (pv + pk))
 
 
+def zscore(q: Q, a: float) -> Fused:
+    """Convex over z-scores (a candidate missing from a list gets that list's lowest)."""
+    s: dict[int, float] = {}
+    ids = {i for i, _ in q.vec} | {i for i, _ in q.kw}
+    for lst, w in ((q.vec, a), (q.kw, 1 - a)):
+        if not lst:
+            continue
+        xs = [x for _, x in lst]
+        mu, sd = statistics.fmean(xs), statistics.pstdev(xs) or 1.0
+        z = {i: (x - mu) / sd for i, x in lst}
+        floor = min(z.values())
+        for i in ids:
+            s[i] = s.get(i, 0.0) + w * z.get(i, floor)
+    lo, hi = min(s.values(), default=0.0), max(s.values(), default=0.0)
+    return {i: (x - lo) / (hi - lo) if hi > lo else 1.0 for i, x in s.items()}
+
+
+def gate(q: Q, tau: float, lo: float, hi: float, n: int = 3) -> Fused:
+    """Keyword first with vector rescue: convex at vector weight `lo` when the keyword
+    list is peaked (>= tau), else at `hi`."""
+    a = lo if peak(minmax(q.kw), n) >= tau else hi
+    return _sum(minmax(q.vec), minmax(q.kw), a, 1 - a)
+
+
+def rescue(q: Q, r: int) -> Fused:
+    """Keyword first with vector rescue: the keyword list's top 5 - r, then the vector
+    list's best r not already in, then both lists alternately (rank scores 1 .. 0)."""
+    kw, vec = [i for i, _ in q.kw], [i for i, _ in q.vec]
+    order = kw[: 5 - r] if kw else []
+    order += [i for i in vec if i not in order][: r if kw else len(vec)]
+    for a, b in zip(kw[5 - r :] + [0] * len(vec), vec + [0] * len(kw), strict=False):
+        order += [i for i in (a, b) if i and i not in order]
+    return {i: 1 - n / len(order) for n, i in enumerate(order)}
+
+
 def rrf(q: Q, k: float, wv: float) -> Fused:
     s: dict[int, float] = {}
     for lst, w in ((q.vec, wv), (q.kw, 1 - wv)):
@@ -190,6 +225,21 @@ def grid() -> list[Setup]:
         for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
         for n in (1, 3, 5, 10)
         for p in (0, 4)
+    ]
+    out += [
+        Setup(f"keyword first, vector rescue {r}", "rescue", lambda q, r=r: rescue(q, r))
+        for r in (1, 2, 3)
+    ]
+    out += [
+        Setup(f"z-score a={a:g}", "z-score", lambda q, a=a: zscore(q, a))
+        for a in (0.3, 0.5, 0.7, 0.8)
+    ]
+    out += [
+        Setup(
+            f"gate tau={t:g} {lo:g}/{hi:g}", "gate", lambda q, t=t, lo=lo, hi=hi: gate(q, t, lo, hi)
+        )
+        for t in (0.3, 0.5, 0.7)
+        for lo, hi in ((0.3, 0.7), (0.2, 0.8), (0.4, 0.7))
     ]
     return out
 

@@ -113,9 +113,10 @@ class DocChunk:
 @final
 class SearchParams:
     """How a hybrid search ranks: `top_k` results from `candidates` per list (at least
-    `top_k`), fused by `fusion` ("convex" or "rrf", InvalidInput otherwise) with the
-    weights, `recency` the newer-first bonus and `keyword_pivot` the query length
-    past which keyword weight moves to vectors (0: off)."""
+    `top_k`), fused by `fusion` ("peaked", "convex" or "rrf", InvalidInput otherwise)
+    with the weights (peaked: each scaled by how much its list's best stands out),
+    `recency` the newer-first bonus and `keyword_pivot` the query length past which
+    keyword weight moves to vectors (0: off)."""
 
     def __new__(
         cls,

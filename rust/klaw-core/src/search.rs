@@ -1,6 +1,7 @@
 //! Fusion of the vector and keyword candidate lists: a convex combination of min-max
-//! normalised scores (the default, docs/memory-eval.md) or weighted RRF, with an
-//! optional bonus for the newer candidates.
+//! normalised scores whose weights follow how peaked each list is for the query (the
+//! default, chosen by leave-one-set-out: docs/memory-eval.md), the plain convex
+//! combination, or weighted RRF, with an optional bonus for the newer candidates.
 
 use std::collections::HashMap;
 
@@ -10,7 +11,14 @@ pub enum Fusion {
     Convex,
     /// score = Σ w / (k + rank): ranks only (wave 1).
     Rrf,
+    /// Convex, each weight scaled by how peaked its list is for this query (`peakedness`)
+    /// and the two rescaled to their old sum: a list whose best candidate stands out
+    /// from the next ones gets more say than a flat one.
+    Peaked,
 }
+
+/// How many candidates after a list's best measure how flat it is (`peakedness`).
+pub const PEAK_WINDOW: usize = 3;
 
 #[derive(Clone, Debug)]
 pub struct FusionParams {
@@ -78,6 +86,7 @@ pub fn hybrid_terms(
     let mut scores = match p.fusion {
         Fusion::Convex => convex(&v, &k, p),
         Fusion::Rrf => rrf_scores(&v, &k, p),
+        Fusion::Peaked => peaked(&v, &k, p),
     };
     if p.recency > 0.0 {
         add_recency(&mut scores, created, p.recency);
@@ -137,13 +146,49 @@ pub fn convex(
     keyword: &[(i64, f32)],
     p: &FusionParams,
 ) -> HashMap<i64, f64> {
+    weighted(vector, keyword, p.vector_weight, p.keyword_weight)
+}
+
+fn weighted(vector: &[(i64, f32)], keyword: &[(i64, f32)], wv: f64, wk: f64) -> HashMap<i64, f64> {
     let mut scores: HashMap<i64, f64> = HashMap::new();
-    for (list, w) in [(vector, p.vector_weight), (keyword, p.keyword_weight)] {
+    for (list, w) in [(vector, wv), (keyword, wk)] {
         for (id, n) in minmax(list) {
             *scores.entry(id).or_insert(0.0) += w * n;
         }
     }
     scores
+}
+
+/// 1 − the mean min-max score of the `PEAK_WINDOW` candidates after the list's best:
+/// 1 when the best stands alone (or is the only one), near 0 for a flat list, 0 for
+/// an empty one.
+pub fn peakedness(list: &[(i64, f32)]) -> f64 {
+    let mut xs: Vec<f64> = minmax(list).map(|x| x.1).collect();
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(|a, b| b.total_cmp(a));
+    let next = &xs[1..xs.len().min(PEAK_WINDOW + 1)];
+    if next.is_empty() {
+        return 1.0;
+    }
+    1.0 - next.iter().sum::<f64>() / next.len() as f64
+}
+
+/// `convex` with wv·peak_v and wk·peak_k, rescaled to sum to wv + wk (both lists flat:
+/// plain `convex`).
+pub fn peaked(
+    vector: &[(i64, f32)],
+    keyword: &[(i64, f32)],
+    p: &FusionParams,
+) -> HashMap<i64, f64> {
+    let (wv, wk) = (p.vector_weight, p.keyword_weight);
+    let (pv, pk) = (wv * peakedness(vector), wk * peakedness(keyword));
+    if pv + pk <= 0.0 {
+        return weighted(vector, keyword, wv, wk);
+    }
+    let scale = (wv + wk) / (pv + pk);
+    weighted(vector, keyword, pv * scale, pk * scale)
 }
 
 /// Rescores int8 candidates with exact float dot products (`exact` gives a vector's
@@ -231,6 +276,38 @@ mod tests {
         )
         .unwrap();
         assert_eq!(same[0].0, 1);
+    }
+
+    #[test]
+    fn peaked_gives_the_list_whose_best_stands_out_more_say() {
+        let p = FusionParams {
+            fusion: Fusion::Peaked,
+            vector_weight: 0.6,
+            keyword_weight: 0.4,
+            ..FusionParams::default()
+        };
+        // Flat vector list (its next three are 0.9 of the best after min-max), peaked
+        // keyword list (one term matched one chunk well).
+        let v = [(1, 0.80), (2, 0.79), (3, 0.79), (4, 0.79), (5, 0.70)];
+        let k = [(9, 9.0), (6, 2.0), (7, 1.5), (8, 1.0)];
+        assert!((peakedness(&v) - 0.1).abs() < 1e-5);
+        let pk = 1.0 - (1.0 / 8.0 + 0.5 / 8.0 + 0.0) / 3.0;
+        assert!((peakedness(&k) - pk).abs() < 1e-9);
+        let fused = peaked(&v, &k, &p);
+        let wk = 0.4 * pk / (0.6 * 0.1 + 0.4 * pk);
+        assert!((fused[&9] - wk).abs() < 1e-4);
+        // Plain convex at 0.6/0.4 ranks the vector list's best first; peaked, the
+        // keyword list's.
+        let top = |m: HashMap<i64, f64>| best(m, 1)[0].0;
+        assert_eq!(top(convex(&v, &k, &p)), 1);
+        assert_eq!(top(fused), 9);
+        // One candidate is fully peaked; an empty list has no say; two flat lists fall
+        // back to the prior weights.
+        assert_eq!(peakedness(&[(1, 0.5)]), 1.0);
+        assert_eq!(peakedness(&[]), 0.0);
+        assert!((peaked(&v, &[], &p)[&1] - 1.0).abs() < 1e-12);
+        let flat = [(1, 1.0), (2, 1.0)];
+        assert_eq!(peaked(&flat, &flat, &p), convex(&flat, &flat, &p));
     }
 
     #[test]

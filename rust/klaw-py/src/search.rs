@@ -75,6 +75,7 @@ impl PySearchParams {
         match self.fusion.fusion {
             Fusion::Convex => "convex",
             Fusion::Rrf => "rrf",
+            Fusion::Peaked => "peaked",
         }
     }
 
@@ -122,8 +123,9 @@ fn fusion_named(name: &str) -> PyResult<Fusion> {
     match name {
         "convex" => Ok(Fusion::Convex),
         "rrf" => Ok(Fusion::Rrf),
+        "peaked" => Ok(Fusion::Peaked),
         other => Err(to_py(CoreError::InvalidInput(format!(
-            "fusion must be convex or rrf, got {other:?}"
+            "fusion must be peaked, convex or rrf, got {other:?}"
         )))),
     }
 }
