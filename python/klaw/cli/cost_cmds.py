@@ -251,10 +251,10 @@ def budget(json_out: bool) -> int:
         lines += ["", *_table(["Cap", f"Cap {currency}", "Spent", "Left", "Resets"], rows, 0)]
         lines.append("A per-source cap shows the source of its pattern that spent the most today.")
     if spend.unpriced_today:
-        lines.append(
-            f"{spend.unpriced_today} call(s) today of unknown cost are not counted "
-            "(a model without a price, or priced in a currency without a budget.rates entry)."
-        )
+        lines += [
+            f"{spend.unpriced_today} call(s) today of unknown cost are not counted (a model",
+            "without a price, or priced in a currency without a budget.rates entry).",
+        ]
     if spend.skipped:
         lines.append(f"skipped {len(spend.skipped)} unreadable spend-log line(s)")
     print("\n".join(lines))
