@@ -20,7 +20,7 @@ from klaw.engine.pipeline import Pipeline
 from klaw.llm.router import Router
 from klaw.memory import Memory
 from klaw.memory.bank import read_opinions, read_page, read_pages
-from klaw.memory.reflect import SYSTEM, apply_answer, moved
+from klaw.memory.reflect import SYSTEM, apply_answer, moved, prompt
 from klaw.memory.retain import Fact, parse_retain
 from klaw.paths import KlawPaths
 from klaw.scheduler.reflect import Reflector
@@ -306,3 +306,28 @@ async def test_the_nightly_job_is_scheduled_quiet_when_nothing_is_new_and_redone
         rc, _, err = await klaw("schedule", "add", "reflect", "0 8 * * *", "x")
         assert rc == 1 and "kept for the bank" in err
     assert json.loads(state.read_text())["running"] is None
+
+
+def test_short_ids_in_the_answer_are_read_back_and_made_up_ones_dropped(tmp_path: Path) -> None:
+    write_logs(tmp_path, ("2026-03-02.md", DAY1), ("2026-03-09.md", DAY2))
+    berlin, peter, _ = facts_of(tmp_path, "2026-03-02.md")
+    lisbon, _ = facts_of(tmp_path, "2026-03-09.md")
+    anna = [("Anna", None, [berlin, lisbon])]
+    text = prompt("2026-03-10", anna, [], [])
+    assert f"[{berlin.id[:6]}]" in text and berlin.id not in text  # a third of the tokens
+    answer = {
+        "entities": [
+            {"name": "Anna", "superseded": [{"old": berlin.id[:6], "new": lisbon.id[:6]}]}
+        ],
+        "opinions": [
+            {"id": None, "statement": "x", "supports": [peter.id[:6], "abcdef", "12"]},
+        ],
+    }
+    known = {f.id: f for f in (berlin, lisbon, peter)}
+    out = apply_answer(
+        answer, touched=anna, opinions=[], new=[berlin, lisbon, peter], known=known, today="t"
+    )
+    (page,) = out.pages.values()
+    assert [f.id for f in page.facts] == [lisbon.id] and page.history[0].by == lisbon.id
+    (op,) = out.opinions
+    assert op.supporting == (peter.id,)

@@ -58,7 +58,9 @@ MAX_ALIAS_CHARS: Final = 80
 MAX_ALIASES_ADDED: Final = 10
 MAX_STATEMENT_CHARS: Final = 300
 #: Known facts of a page shown to the model beside the new ones (newest first).
-KNOWN_FACTS_SHOWN: Final = 8
+KNOWN_FACTS_SHOWN: Final = 4
+#: Characters of a fact id the prompt shows (hex: 16^6 ids, few hundred facts a call).
+SHORT_ID: Final = 6
 #: Opinions shown when none shares an entity with the new facts (all when fewer).
 OPINIONS_SHOWN: Final = 30
 
@@ -81,7 +83,7 @@ fact with a newer one that replaces it (the same thing changed: a new address, a
 job). For each new opinion fact (kind O), or a new fact that bears on an existing \
 opinion, list its id under "supports" or "contradicts" of that opinion; id null makes a \
 new opinion. "clear_contradiction" is true only when a fact plainly says the opposite. \
-Use only the fact ids shown. Leave out entities you have nothing to add to."""
+Use only the fact ids shown (in brackets). Leave out entities you have nothing to add to."""
 
 
 class BadAnswer(ValueError):
@@ -101,10 +103,28 @@ def page_fact(f: Fact) -> PageFact:
     )
 
 
+def short(fid: str) -> str:
+    """A fact's id as the prompt shows it: its first SHORT_ID characters (a third of the
+    tokens of the whole id; the answer's ids are read back against the facts shown)."""
+    return fid[:SHORT_ID]
+
+
+def _resolve(ref: object, allowed: Iterable[str]) -> str | None:
+    """The fact id among `allowed` that `ref` names (whole, or its short form), None
+    when none or more than one does."""
+    if not isinstance(ref, str):
+        return None
+    ref = ref.strip().removeprefix("f:").strip("[]")
+    if len(ref) < SHORT_ID:
+        return None
+    found = {a for a in allowed if a.startswith(ref)}
+    return found.pop() if len(found) == 1 else None
+
+
 def _fact_line(f: Fact) -> str:
     letter = _KIND_LETTER.get(f.kind or "", "S")
     c = f"(c={f.confidence:.2f})" if f.confidence is not None else ""
-    return f"- [{f.id}] {f.day or f.start or '?'} {letter}{c}: {' '.join(f.content.split())}"
+    return f"- [{short(f.id)}] {f.day or f.start or '?'} {letter}{c}: {' '.join(f.content.split())}"
 
 
 def prompt(
@@ -126,7 +146,7 @@ def prompt(
             if page.facts:
                 parts.append("Known facts:")
                 for pf in page.facts[-KNOWN_FACTS_SHOWN:]:
-                    parts.append(f"- [{pf.id}] {pf.day} {pf.kind}: {pf.text}")
+                    parts.append(f"- [{short(pf.id)}] {pf.day} {pf.kind}: {pf.text}")
         parts.append("New facts:")
         parts.extend(_fact_line(f) for f in new)
         parts.append("")
@@ -176,8 +196,8 @@ def _ids(value: object, allowed: set[str]) -> list[str]:
         return []
     out = []
     for x in value:
-        fid = x.removeprefix("f:") if isinstance(x, str) else None
-        if fid in allowed and fid not in out:
+        fid = _resolve(x, allowed)
+        if fid is not None and fid not in out:
             out.append(fid)
     return out
 
@@ -273,7 +293,7 @@ def apply_answer(
             added += 1
         for pair in item.get("superseded") or []:
             if isinstance(pair, dict):
-                _supersede(p, str(pair.get("old", "")), str(pair.get("new", "")), known, out)
+                _supersede(p, str(pair.get("old", "")), str(pair.get("new", "")), out)
     from klaw.memory.facts import supersessions
 
     replaced = supersessions(known.values())  # what the index marks, from the same facts
@@ -285,17 +305,17 @@ def apply_answer(
     return out
 
 
-def _supersede(page: EntityPage, old: str, new: str, known: dict[str, Fact], out: Applied) -> None:
-    old, new = old.removeprefix("f:"), new.removeprefix("f:")
+def _supersede(page: EntityPage, old: str, new: str, out: Applied) -> None:
     current = {f.id: f for f in page.facts}
-    if old not in current or new not in current or old == new:
+    old_id, new_id = _resolve(old, current), _resolve(new, current)
+    if old_id is None or new_id is None or old_id == new_id:
         out.dropped.append(f"superseded {old!r} by {new!r}: not both facts of {page.name!r}")
         return
-    o, n = current[old], current[new]
+    o, n = current[old_id], current[new_id]
     if n.day != "?" and o.day != "?" and n.day < o.day:
         out.dropped.append(f"superseded {old!r} by the older {new!r}")
         return
-    page.facts = [f for f in page.facts if f.id != old]
+    page.facts = [f for f in page.facts if f.id != old_id]
     page.history.append(replace(o, until=n.day, by=n.id))
 
 
