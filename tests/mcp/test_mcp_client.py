@@ -232,3 +232,27 @@ def test_a_server_is_command_or_url() -> None:
         McpServerConfig(command="x", url="http://127.0.0.1/mcp")
     with pytest.raises(ValueError, match="either `command`"):
         McpServerConfig()
+
+
+def test_variables_in_env_and_headers_are_expanded_or_named(tmp_path: Path) -> None:
+    from klaw.config import load_engine_config
+    from klaw.errors import ConfigError
+
+    path = tmp_path / "engine.yaml"
+    path.write_text(
+        "mcpServers:\n"
+        "  notes:\n"
+        "    url: https://notes.example/mcp\n"
+        '    headers: {Authorization: "Bearer ${NOTES_TOKEN}"}\n'
+        "  gh:\n"
+        "    command: gh-mcp\n"
+        "    env: {GH_TOKEN: '${GH_TOKEN:-}'}\n"
+    )
+    env = {"HOME": str(tmp_path), "NOTES_TOKEN": "n0tes"}
+    cfg = load_engine_config(path, env)
+    assert cfg.mcp_servers["notes"].headers == {"Authorization": "Bearer n0tes"}
+    assert cfg.mcp_servers["gh"].env == {"GH_TOKEN": ""}
+    with pytest.raises(
+        ConfigError, match=r"mcpServers\.notes\.headers\.Authorization.*NOTES_TOKEN"
+    ):
+        load_engine_config(path, {"HOME": str(tmp_path)})
