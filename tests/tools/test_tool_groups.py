@@ -95,6 +95,12 @@ async def test_a_group_turning_private_leaves_group_chats_built_before() -> None
     assert group.schemas() == [] and "current_time" not in group
 
 
+async def test_a_group_is_found_without_its_prefix() -> None:
+    reg = registry(Clocks("mcp__time"), Clocks("mcp__clock"))
+    loaded = await reg.dispatch(LOADER_NAME, {"group": "Time"})
+    assert loaded.content.startswith("Loaded 1 tool(s) of mcp__time")
+
+
 async def test_a_group_may_refuse_a_call() -> None:
     reg = registry(Clocks("clocks", refuse="Not run: ask the owner"))
     result = await reg.dispatch("current_time", {})

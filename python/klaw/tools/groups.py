@@ -137,9 +137,14 @@ class Disclosure:
         return None
 
     def load(self, name: str) -> ToolGroup:
-        group = self.groups.get(name.strip())
+        groups = self.groups
+        group = groups.get(name.strip())
+        if group is None:  # "time" for "mcp__time": models drop the prefix
+            want = name.strip().lower()
+            same = [g for g in groups.values() if g.name.lower().rpartition("__")[2] == want]
+            group = same[0] if len(same) == 1 else None
         if group is None:
-            known = ", ".join(self.groups) or "none"
+            known = ", ".join(groups) or "none"
             raise ToolError(f"Unknown tool group {name!r}. Groups: {known}")
         self._state.loaded[group.name] = self._state.turn
         return group
