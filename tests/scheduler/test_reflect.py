@@ -331,3 +331,29 @@ def test_short_ids_in_the_answer_are_read_back_and_made_up_ones_dropped(tmp_path
     assert [f.id for f in page.facts] == [lisbon.id] and page.history[0].by == lisbon.id
     (op,) = out.opinions
     assert op.supporting == (peter.id,)
+
+
+async def test_hostile_names_make_pages_inside_the_bank_only(
+    tmp_path: Path, rig: Rig, klaw_home: KlawPaths, llm: FakeLLM
+) -> None:
+    ws = klaw_home.workspace
+    many = " ".join(f"@n{i}" for i in range(10_000))
+    write_logs(
+        ws,
+        (
+            "2026-03-02.md",
+            '## Retain\n- W @"../../../tmp/evil": a path.\n- W @".." and @"a/b\\\\c": dots.\n'
+            f"- W {many}: ten thousand names.\n",
+        ),
+    )
+    names = ["../../../tmp/evil", "..", "a/b\\c", *(f"n{i}" for i in range(20))]
+    llm.answer(json.dumps({"entities": [{"name": n, "summary": "x"} for n in names]}))
+    got = await rig.reflector.run()
+    assert got.error is None
+    made = sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*") if p.is_file())
+    pages = [m for m in made if m.startswith("bank/")]
+    assert all(m.startswith("bank/entities/") and m.count("/") == 2 for m in pages)
+    assert not any(part.startswith(".") for m in pages for part in m.split("/"))
+    assert "bank/entities/tmp-evil.md" in pages and "bank/entities/n0.md" in pages
+    assert len(pages) <= 3 + 16  # the facts keep 16 of 10,000 names (klaw.memory.retain)
+    assert not (tmp_path / "evil").exists() and not Path("/tmp/evil").exists()
