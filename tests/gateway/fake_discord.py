@@ -24,13 +24,17 @@ What it models, because the channel depends on it:
   client did not ask for the Message Content intent (Discord's rule).
 
 Tests script it with `dm`, `channel`, `message`, `slash`, `fail`, `drop`, `drop_after`,
-`invalidate` and `reconnect`, and wait for effects with `wait_for` / `wait_sent`
-(asyncio events, no sleeping). Every request is recorded with a monotonic timestamp.
+`invalidate` and `reconnect`, and break it with `acks = False` (heartbeats unanswered),
+`silent = True` (the connection stays open, nothing comes), `garbage` (a frame that is
+not the gateway's) and `cut_every` (every n-th connection cut at once), and wait for
+effects with `wait_for` / `wait_sent` (asyncio events, no sleeping). Every request is
+recorded with a monotonic timestamp.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import re
@@ -177,6 +181,10 @@ class FakeDiscord:
         self._session: _Session | None = None
         self._conns: list[_Conn] = []
         self._drop_after: int | None = None
+        self.acks = True  # False: HEARTBEATs go unacknowledged (a zombie connection)
+        self.silent = False  # True: nothing at all is sent on any connection (not even HELLO)
+        self.cut_every = 0  # n > 0: every n-th websocket connection is cut once accepted
+        self.connections = 0  # websocket connections accepted so far
         self._failures: dict[str, deque[_Failure]] = defaultdict(deque)
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -434,6 +442,18 @@ class FakeDiscord:
             conn.messages_sent = 0
         self._drop_after = count
 
+    async def garbage(self, kind: str = "text") -> None:
+        """Sends every open connection a frame no gateway would: "text" (an HTML page
+        instead of JSON) or "binary" (bytes that break the zlib stream)."""
+        for conn in list(self._conns):
+            if conn.closed or conn.ws.closed:
+                continue
+            with contextlib.suppress(ConnectionError):
+                if kind == "text":
+                    await conn.ws.send_str("<html><body>502 Bad Gateway</body></html>")
+                else:
+                    await conn.ws.send_bytes(b"\x00\xffnot a zlib stream\x13\x37" * 4)
+
     def invalidate(self) -> None:
         """Discord forgets the session: the next RESUME gets INVALID_SESSION."""
         self._session = None
@@ -492,6 +512,10 @@ class FakeDiscord:
         compressor = zlib.compressobj() if compress else None
         conn = _Conn(ws, request, compressor)
         self._conns.append(conn)
+        self.connections += 1
+        if self.cut_every and self.connections % self.cut_every == 0:
+            self._abort(conn)
+            return ws
         writer = asyncio.create_task(self._writer(conn))
         try:
             await self._send(conn, {"op": 10, "d": {"heartbeat_interval": self.heartbeat_ms}})
@@ -503,7 +527,8 @@ class FakeDiscord:
                 self._bump()
                 op = payload.get("op")
                 if op == 1:
-                    await self._send(conn, {"op": 11})
+                    if self.acks:
+                        await self._send(conn, {"op": 11})
                 elif op == 2:
                     await self._identify(conn, payload.get("d") or {})
                 elif op == 6:
@@ -596,7 +621,7 @@ class FakeDiscord:
             await self._send_locked(conn, payload)
 
     async def _send_locked(self, conn: _Conn, payload: dict[str, Any]) -> None:
-        if conn.closed or conn.ws.closed:
+        if conn.closed or conn.ws.closed or self.silent:
             return
         data = json.dumps(payload)
         try:

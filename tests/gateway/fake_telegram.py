@@ -17,7 +17,9 @@ What it models, because the channel depends on it:
   photo must be an image it can read (PNG or JPEG here) or it is refused.
 
 Tests push updates with the helpers (`text`, `command`, `photo`, `document`, `media`...),
-script failures with `fail`, and await effects with `wait_sent` / `wait_calls` (asyncio
+script failures with `fail`, break the network with `fault` (a request held forever,
+dropped, or answered with HTML, invalid or truncated JSON; each one or every n-th) until
+`heal`, and await effects with `wait_sent` / `wait_calls` (asyncio
 events, no sleeping). Every call is recorded with a monotonic timestamp.
 """
 
@@ -252,6 +254,17 @@ class _Failure:
 
 
 @dataclass
+class _Fault:
+    kind: str  # see FakeTelegram.fault
+    every: int
+    seen: int = 0
+
+
+#: What a broken network or proxy answers instead of the Bot API (`FakeTelegram.fault`).
+FAULTS = ("hang", "drop", "html", "invalid_json", "truncated")
+
+
+@dataclass
 class _File:
     path: str
     data: bytes
@@ -318,6 +331,8 @@ class FakeTelegram:
         self._chats: dict[int, _Chat] = {}
         self._files: dict[str, _File] = {}
         self._failures: dict[str, deque[_Failure]] = defaultdict(deque)
+        self._faults: dict[str, _Fault] = {}
+        self.hanging = 0  # requests being held by a "hang" fault
         self._changed = asyncio.Event()
         self._closing = False
         self._runner: web.AppRunner | None = None
@@ -365,6 +380,25 @@ class FakeTelegram:
 
     def clear_failures(self) -> None:
         self._failures.clear()
+
+    def fault(self, method: str, kind: str, *, every: int = 1) -> None:
+        """Every `every`-th call of `method` (1: each) from now on, until `heal`, is met
+        with `kind` instead of an answer: "hang" (the request is taken and never
+        answered), "drop" (the connection is closed without an answer), "html" (200 with
+        a proxy's HTML page), "invalid_json" (200, JSON content type, not JSON),
+        "truncated" (200 whose body stops short of its Content-Length). The call is
+        recorded, its effect (an update acknowledged by its offset) does not happen."""
+        assert kind in FAULTS, kind
+        self._faults[method.lower()] = _Fault(kind, every)
+        self._bump()
+
+    def heal(self, method: str | None = None) -> None:
+        """Ends the faults of `method` (all: None); held requests are let go, unanswered."""
+        if method is None:
+            self._faults.clear()
+        else:
+            self._faults.pop(method.lower(), None)
+        self._bump()
 
     def add_chat(self, chat_id: int, *, chat_type: str = "private", title: str = "") -> None:
         self._chat(chat_id, chat_type, title)
@@ -627,6 +661,12 @@ class FakeTelegram:
         call = Call(method, params, time.monotonic())
         self.calls.append(call)
         self._bump()
+        fault = self._faults.get(method.lower())
+        if fault is not None:
+            fault.seen += 1
+            if fault.seen % fault.every == 0:
+                call.status = 0
+                return await self._broken(request, method, fault.kind)
         failures = self._failures.get(method.lower())
         if failures:
             failure = failures[0]
@@ -645,6 +685,33 @@ class FakeTelegram:
             call.status = exc.status
             return _error(exc.status, exc.description)
         return web.json_response({"ok": True, "result": result})
+
+    async def _broken(self, request: web.Request, method: str, kind: str) -> web.StreamResponse:
+        if kind == "hang":
+            self.hanging += 1
+            try:
+                await self.wait_for(
+                    lambda: self._closing or method.lower() not in self._faults, 3600
+                )
+            finally:
+                self.hanging -= 1
+            kind = "drop"
+        if kind == "drop":
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=500)  # never reaches the client
+        if kind == "html":
+            html = "<html><body><h1>502 Bad Gateway</h1></body></html>"
+            return web.Response(text=html, content_type="text/html")
+        if kind == "invalid_json":
+            return web.Response(text='{"ok": true, "result": [', content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.content_length = 4096
+        await resp.prepare(request)
+        await resp.write(b'{"ok": true, "result": [{"update_id"')
+        if request.transport is not None:
+            request.transport.abort()
+        return resp
 
     async def _download(self, request: web.Request) -> web.Response:
         if request.match_info["token"] != self.token:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from klaw.paths import KlawPaths
+
+if TYPE_CHECKING:
+    from klaw.wire.protocol import ChannelHealth
 
 
 def engine() -> int:
@@ -34,12 +38,27 @@ def status(json_out: bool = False) -> int:
     gateway = ", ".join(r.gateway.channels) if r.gateway else "not connected"
     print(f"engine  pid {r.pid}, version {r.version}, up {r.uptime_s:.0f}s")
     print(f"gateway {gateway}")
+    for h in r.gateway.health if r.gateway else []:
+        print(f"channel {_health(h)}")
     print(f"work    {r.in_flight} message(s) in flight")
     for name, count in sorted(r.counts.items()):
         print(f"store   {name}: {count}")
     for name, state in sorted(r.mcp.items()):
         print(f"mcp     {name}: {state}")
     return 0
+
+
+def _health(h: ChannelHealth) -> str:
+    """`telegram stale: no successful poll since 2026-11-27 04:12:03 UTC (timed out)`."""
+    if h.state == "ok":
+        return f"{h.name} ok"
+    since = (
+        h.last_ok.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+        if h.last_ok
+        else "the gateway started"
+    )
+    detail = f" ({h.detail})" if h.detail else ""
+    return f"{h.name} stale: no contact since {since}{detail}"
 
 
 def sessions(json_out: bool = False) -> int:

@@ -45,6 +45,9 @@ class _ChatChannelConfig(Section):
     # Show replies while they are written (Telegram: drafts in private chats, else edits;
     # Discord: one message, edited as the reply grows).
     streaming: bool = False
+    # Seconds without a successful poll (Telegram) or heartbeat ACK (Discord) before the
+    # channel counts as stale: the owner is told on another channel, `klaw status` shows it.
+    stale_after: PositiveInt = 300
 
 
 class TelegramConfig(_ChatChannelConfig):

@@ -37,6 +37,7 @@ from klaw.wire.protocol import (
     Error,
     ErrorCode,
     GatewayInfo,
+    Health,
     Inbound,
     LineReader,
     LineTooLong,
@@ -303,6 +304,12 @@ class EngineServer:
                 self._spawn(msg)
         elif isinstance(msg, Status | Sessions | MemorySearch | Schedule | ToolRun):
             await conn.send(await self._answer(msg))
+        elif isinstance(msg, Health):
+            if conn is self._gateway and conn.gateway is not None:  # shown by `klaw status`
+                conn.gateway = conn.gateway.model_copy(update={"health": msg.channels})
+                log.info(
+                    "gateway channels: %s", ", ".join(f"{h.name} {h.state}" for h in msg.channels)
+                )
         elif isinstance(msg, Delivered):
             fut = self._deliveries.pop(msg.ref, None)
             if fut is not None and not fut.done():

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from klaw.gateway.access import Access, Approvals, Pairings
 from klaw.gateway.buffer import Buffer
 from klaw.gateway.channels.base import Channel, ChannelSendError, Incoming, OutFile, Streaming
+from klaw.gateway.liveness import Watch
 from klaw.gateway.logbook import LogBook
 from klaw.gateway.outfiles import FileRefused, close_files, open_files
 from klaw.gateway.voice import Transcriber
@@ -44,6 +45,7 @@ from klaw.wire.protocol import (
     Draft,
     Error,
     ErrorCode,
+    Health,
     Inbound,
     InboundMeta,
     LineReader,
@@ -84,6 +86,7 @@ class GatewayTimings:
     register_timeout_s: float = 10.0
     typing_every_s: float = 4.0
     drain_s: float = 30.0  # at shutdown, how long replies being sent may take
+    liveness_every_s: float = 5.0  # how often channels are checked for staleness
 
 
 class Gateway:
@@ -109,6 +112,13 @@ class Gateway:
         self.logbook = LogBook(paths.conversations)
         self.access = Access(config, Approvals(paths.approved_chats), Pairings(paths.pairing))
         self.transcriber = Transcriber(config.transcription, paths.workspace, self._notice)
+        self.liveness = Watch(
+            self.channels,
+            self.access,
+            self._notice,
+            self._report_health,
+            self.timings.liveness_every_s,
+        )
         self.connected = asyncio.Event()
         self.engine_pid: int | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -141,6 +151,7 @@ class Gateway:
         ]
         link = asyncio.create_task(self._engine_loop(), name="klaw-engine-link")
         stopper = asyncio.create_task(stop.wait())
+        watch = [asyncio.create_task(self.liveness.run())] if self.liveness.active else []
         ok = True
         try:
             waiting = {stopper, link, *listeners}
@@ -155,7 +166,7 @@ class Gateway:
         finally:
             # Stop taking updates first, then let replies being sent finish and be
             # logged (a reply sent but not logged would be sent again after restart).
-            tasks = [stopper, link, *listeners, *self._typing.values()]
+            tasks = [stopper, link, *watch, *listeners, *self._typing.values()]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -393,6 +404,8 @@ class Gateway:
                     sent.add(msg.id)
                     self._start_typing(msg.channel, msg.chat_id)
             self.connected.set()
+            if self.liveness.active:
+                await self._send_engine_locked(self.liveness.health())
         log.info("connected to the engine (pid %d); re-sent %d message(s)", reply.pid, len(sent))
         return True
 
@@ -426,6 +439,10 @@ class Gateway:
     async def _send_engine(self, msg: Message) -> None:
         async with self._write_lock:
             await self._send_engine_locked(msg)
+
+    async def _report_health(self, health: Health) -> None:
+        if self.connected.is_set():  # else sent after the next registration
+            await self._send_engine(health)
 
     async def _read(self, lines: LineReader) -> None:
         while True:

@@ -20,6 +20,8 @@ Gateway ⇄ engine (the gateway's one persistent connection):
     → delivered       the gateway sent outbound `ref` to the user
     ⇄ error           code, message, ref (the id of the message it answers)
     ← shutdown        the engine stops taking messages: buffer until it is back
+    → health          the channels' liveness (ok/stale, last success), on each change
+                      and after register; `klaw status` shows it
 
 JSONL ownership (design §2.4, docs/decisions.md): the gateway is the only writer of
 interactive conversation logs. It writes each inbound and command before forwarding
@@ -30,7 +32,8 @@ times the engine stored in klaw.db, so `klaw reindex` rebuilds the same rows.
 
 CLI → engine (short connections; the response echoes the request ``id``):
 
-    → status          ← status_result         uptime, pid, version, gateway, counts
+    → status          ← status_result         uptime, pid, version, gateway (and its
+                                              channels' health), counts
     → sessions        ← sessions_result       chats and their sessions
     → memory_search   ← memory_search_result  hits: citation, content, score...
     → schedule        ← schedule_result       action list|add|remove|history|run
@@ -71,6 +74,7 @@ __all__ = [
     "UPLOAD_ATTEMPTS",
     "UPLOAD_BYTES_PER_S",
     "Attachment",
+    "ChannelHealth",
     "Command",
     "CommandInfo",
     "Delivered",
@@ -78,6 +82,7 @@ __all__ = [
     "Error",
     "ErrorCode",
     "GatewayInfo",
+    "Health",
     "Inbound",
     "InboundMeta",
     "InvalidJson",
@@ -355,11 +360,29 @@ class Status(_Model):
     id: str = Field(default_factory=new_id)
 
 
+class ChannelHealth(_Model):
+    """Whether a chat channel still hears its platform (docs/telegram.md, "Liveness")."""
+
+    name: str
+    state: Literal["ok", "stale"]
+    #: The last successful poll (Telegram) or heartbeat ACK (Discord); None: none yet.
+    last_ok: AwareDatetime | None = None
+    detail: str = ""  # the last failure, when stale
+
+
+class Health(_Model):
+    """Gateway → engine: its channels' liveness, sent on each change and on register."""
+
+    type: Literal["health"] = "health"
+    channels: list[ChannelHealth]
+
+
 class GatewayInfo(_Model):
     client: str
     channels: list[str]
     connected_at: AwareDatetime
     streaming: list[str] = Field(default_factory=list)
+    health: list[ChannelHealth] = Field(default_factory=list)
 
 
 class StatusResult(_Model):
@@ -511,6 +534,7 @@ Message: TypeAlias = Annotated[
     | Delivered
     | Error
     | Shutdown
+    | Health
     | Status
     | StatusResult
     | Sessions
@@ -538,6 +562,7 @@ _TYPES: Final = frozenset(
         "delivered",
         "error",
         "shutdown",
+        "health",
         "status",
         "status_result",
         "sessions",

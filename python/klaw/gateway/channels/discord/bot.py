@@ -27,6 +27,7 @@ from klaw.gateway.channels.base import (
     platform_id,
     storable,
 )
+from klaw.gateway.liveness import Liveness
 from klaw.redaction import redact
 from klaw.retry import Backoff
 
@@ -105,6 +106,8 @@ class Bot:
     _saving: asyncio.Future[None] | None  # the cursor write under way
     _outage: StorageOutage
     _closed: bool
+    liveness: Liveness  # heartbeat ACKs (`heartbeat`)
+    _watch_every: float
 
     def _refused(self) -> str:
         return (

@@ -59,6 +59,7 @@ from klaw.gateway.channels.discord.commands import Commands
 from klaw.gateway.channels.discord.inbound import Inbound, _Cursors
 from klaw.gateway.channels.discord.outbound import Outbound, _DiscordPreviews
 from klaw.gateway.channels.previews import PreviewStreams
+from klaw.gateway.liveness import Liveness
 from klaw.retry import Backoff
 
 __all__ = [
@@ -97,7 +98,9 @@ class DiscordChannel(Inbound, Commands, Outbound):
     `on_message` raised is tried again after `backoff`..`max_backoff`, at most
     `max_deliveries` times (storage errors: until the disk is back; an error of the
     message itself: not again, `Redelivery`), its chat told when it is given up; `catch_up` bounds
-    the messages read back per chat on a new session.
+    the messages read back per chat on a new session. A gateway that sends nothing for
+    `heartbeat_timeout` seconds, or acknowledges no heartbeat for two intervals, is
+    closed and the session resumed (`heartbeat`).
     """
 
     max_upload_bytes = UPLOAD_LIMIT
@@ -116,6 +119,8 @@ class DiscordChannel(Inbound, Commands, Outbound):
         save_every: float = 1.0,
         admit: Callable[[str], bool] | None = None,
         previews_file: Path | None = None,
+        heartbeat_timeout: float = 60.0,
+        watch_every: float = 5.0,
     ) -> None:
         token = config.token.strip()
         if not token:
@@ -153,6 +158,8 @@ class DiscordChannel(Inbound, Commands, Outbound):
             max_messages=None,  # no message cache: replies carry what they quote
             chunk_guilds_at_startup=False,
             member_cache_flags=discord.MemberCacheFlags.none(),
+            # A gateway silent this long is closed and resumed by discord.py (`heartbeat`).
+            heartbeat_timeout=heartbeat_timeout,
         )
         self._on_message = None
         self._queues = {}
@@ -170,6 +177,9 @@ class DiscordChannel(Inbound, Commands, Outbound):
         self._saving = None  # the cursor write under way
         self._outage = StorageOutage(log, "discord", self._backoff)
         self._closed = False
+        #: Heartbeat ACKs, read every `watch_every` seconds (`heartbeat`); the core watches it.
+        self.liveness = Liveness(config.stale_after)
+        self._watch_every = watch_every
 
     def _event(self, event: str, args: tuple[Any, ...]) -> None:
         """Every discord.py event, synchronously, in the order Discord sent them."""

@@ -5,8 +5,10 @@ normalising a message into an `Incoming` (attachments saved to the inbox)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ from klaw.gateway.channels.base import (
     storable,
 )
 from klaw.gateway.channels.discord.bot import Bot, DiscordError, _Item, _name, log
+from klaw.gateway.channels.discord.heartbeat import watch_heartbeats
 from klaw.wire.protocol import Attachment, Quote
 
 _COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:\s+(.*))?", re.DOTALL)
@@ -92,10 +95,13 @@ class Inbound(Bot):
         refuses the token or the intents (nothing a retry can fix)."""
         self._on_message = on_message
         saver = self._spawn(self._save_loop(), "klaw-discord-cursor")
+        watch = self._spawn(
+            watch_heartbeats(self._client, self.liveness, self._watch_every), "klaw-discord-acks"
+        )
         try:
             try:
                 await self._login()
-                await self._client.connect(reconnect=True)
+                await self._connect()
             except discord.PrivilegedIntentsRequired:
                 raise self._fail(
                     "Discord refused the Message Content intent: enable it on the Developer "
@@ -109,6 +115,30 @@ class Inbound(Bot):
                 ) from None
         finally:
             saver.cancel()
+            watch.cancel()
+
+    async def _connect(self) -> None:
+        """discord.py's connection loop (it reconnects and resumes by itself), begun
+        again with a fresh IDENTIFY when a frame it cannot read (not JSON, a broken
+        zlib stream) escapes it: such a frame would otherwise end the channel."""
+        failures = 0
+        while not self._client.is_closed():
+            try:
+                await self._client.connect(reconnect=True)
+                return
+            except (discord.PrivilegedIntentsRequired, discord.ConnectionClosed):
+                raise
+            except (ValueError, zlib.error, AttributeError, KeyError, TypeError) as exc:
+                failures += 1
+                wait = self._backoff.delay(failures)
+                why = f"the gateway sent what discord.py cannot read ({self._describe(exc)})"
+                log.warning("discord: %s; connecting again in %.1fs", why, wait)
+                self.liveness.failed(why)
+                ws = self._client.ws
+                if ws is not None:
+                    with contextlib.suppress(Exception):
+                        await ws.close(4000)
+                await asyncio.sleep(wait)
 
     async def _login(self) -> None:
         """Logs in (GET /users/@me, the application) and finds the websocket URL."""

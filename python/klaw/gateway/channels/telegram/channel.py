@@ -62,6 +62,7 @@ from klaw.gateway.channels.telegram.botapi import (
 )
 from klaw.gateway.channels.telegram.format import split_message, to_html, utf16_len, visible_text
 from klaw.gateway.channels.telegram.stream import telegram_previews
+from klaw.gateway.liveness import Liveness
 from klaw.redaction import redact
 from klaw.retry import Backoff, retry
 from klaw.wire.protocol import (
@@ -146,7 +147,9 @@ class TelegramChannel:
     retries, also while polling, which never gives up; a 429 longer than `max_retry_after`
     fails the send at once instead of blocking it. An update whose `on_message` raised is
     delivered again, at most `max_deliveries` times, then dropped with an error logged and
-    its chat told; at once if the message itself is at fault (`Redelivery`).
+    its chat told; at once if the message itself is at fault (`Redelivery`). A long poll
+    (Telegram holds it `poll_timeout` seconds) without an answer `poll_margin` seconds
+    later is abandoned and another opened after the backoff (`liveness`).
     """
 
     name = "telegram"
@@ -159,6 +162,7 @@ class TelegramChannel:
         *,
         max_file_size: int = 20 * 1024 * 1024,
         poll_timeout: int = 30,
+        poll_margin: float = 15.0,
         attempts: int = 5,
         backoff: float = 1.0,
         max_backoff: float = 30.0,
@@ -185,6 +189,9 @@ class TelegramChannel:
         self._streams = telegram_previews(self._api.call, streams_file)
         self._max_file_size = max_file_size
         self._poll_timeout = poll_timeout
+        self._poll_margin = poll_margin
+        #: The last answered poll; the gateway core watches it (`klaw.gateway.liveness`).
+        self.liveness = Liveness(config.stale_after)
         self._attempts = max(1, attempts)
         self._backoff = backoff
         self._max_backoff = max_backoff
@@ -223,14 +230,18 @@ class TelegramChannel:
                             "timeout": self._poll_timeout,
                             "allowed_updates": ["message"],
                         },
-                        timeout=self._api.timeout + self._poll_timeout,
+                        # A poll that hangs (a proxy or NAT dropped it silently) is
+                        # abandoned here and a new one opened, after the backoff.
+                        timeout=self._poll_timeout + self._poll_margin,
                     )
                 except BotApiUnauthorized as exc:
                     raise self._fatal(exc) from None
                 except BotApiException as exc:
                     failures += 1
+                    self.liveness.failed(self._describe(exc))
                     await self._pause("getUpdates", exc, failures)
                     continue
+                self.liveness.ok()
                 self._sent_offset = self._offset
                 failures = 0
                 updates = [u for u in _list(result) if isinstance(u, dict)]
@@ -247,8 +258,10 @@ class TelegramChannel:
                 raise self._fatal(exc) from None
             except BotApiException as exc:
                 failures += 1
+                self.liveness.failed(self._describe(exc))
                 await self._pause("getMe", exc, failures)
                 continue
+            self.liveness.ok()
             self._username = (_str(me, "username") if isinstance(me, dict) else None) or ""
 
     def _fatal(self, exc: BotApiError) -> TelegramError:
