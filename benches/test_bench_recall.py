@@ -14,9 +14,11 @@ they touch), in tokens, against sending that day's logs and those pages whole.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,16 +209,23 @@ def test_auto_recall_klaw(benchmark: Any, year: Any, recall: Recall) -> None:
         assert _p50(benchmark) <= 0.010
 
 
+@contextlib.contextmanager
+def _names_only(recall: Recall) -> Iterator[None]:
+    """`recall` with memory.autoRecall.similarity false for the block."""
+    config, recall.config = recall.config, AutoRecallConfig(similarity=False)
+    try:
+        yield
+    finally:
+        recall.config = config
+
+
 @pytest.mark.benchmark(group="auto-recall")
 def test_auto_recall_names_only(benchmark: Any, year: Any, recall: Recall) -> None:
     """Tier 1 alone (memory.autoRecall.similarity: false): no model at all."""
     _, names = year
     msgs = itertools.cycle(_messages(names))
-    config, recall.config = recall.config, AutoRecallConfig(similarity=False)
-    try:
+    with _names_only(recall):
         benchmark(lambda: recall.for_messages([next(msgs)]))
-    finally:
-        recall.config = config
 
 
 @pytest.mark.benchmark(group="auto-recall")
@@ -224,11 +233,8 @@ def test_auto_recall_nothing_named(benchmark: Any, recall: Recall) -> None:
     """Tier 1 on a message naming nothing known: what a turn costs with similarity off
     (with it on, a message of three words or more also costs one query embedding)."""
     msgs = itertools.cycle(MESSAGES_PLAIN)
-    config, recall.config = recall.config, AutoRecallConfig(similarity=False)
-    try:
+    with _names_only(recall):
         got = benchmark(lambda: recall.for_messages([next(msgs)]))
-    finally:
-        recall.config = config
     assert got.text == ""
     if not SMOKE:
         assert _p50(benchmark) <= 0.0002

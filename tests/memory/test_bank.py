@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,12 +166,16 @@ def test_a_confidence_that_is_no_number_reads_as_half(tmp_path: Path) -> None:
     assert all(o.id.startswith("o-") for o in ops)
 
 
-def test_the_bank_is_indexed_like_the_rest_of_memory(memory: Memory, klaw_home: KlawPaths) -> None:
-    ws = klaw_home.workspace
+def _anna_and_an_opinion(ws: Path) -> None:
     page = with_fact(new_page("Anna"), LISBON)
     page.summary = "Anna keeps bees on the roof of her Lisbon flat."
     write_page(ws, page)
     write_opinions(ws, [Opinion("o-1", "Anna likes fado", 0.7, "2026-03-02")], "")
+
+
+def test_the_bank_is_indexed_like_the_rest_of_memory(memory: Memory, klaw_home: KlawPaths) -> None:
+    ws = klaw_home.workspace
+    _anna_and_an_opinion(ws)
     report = memory.index_workspace()
     assert {"bank/entities/anna.md", "bank/opinions.md"} <= set(report.indexed)
     hits = memory.search("who keeps bees on a roof?", top_k=3)
@@ -179,15 +184,12 @@ def test_the_bank_is_indexed_like_the_rest_of_memory(memory: Memory, klaw_home: 
     assert "bank/entities/anna.md" in memory.index_workspace().removed
 
 
-def test_reindex_rebuilds_the_bank_rows_as_they_were(klaw_home: KlawPaths, backend: object) -> None:
+def test_reindex_rebuilds_the_bank_rows_as_they_were(klaw_home: KlawPaths, backend: Any) -> None:
     from klaw.config import load_engine_config
     from klaw.memory.api import rebuild
 
     ws = klaw_home.workspace
-    page = with_fact(new_page("Anna"), LISBON)
-    page.summary = "Anna keeps bees on the roof of her Lisbon flat."
-    write_page(ws, page)
-    write_opinions(ws, [Opinion("o-1", "Anna likes fado", 0.7, "2026-03-02")], "")
+    _anna_and_an_opinion(ws)
     config = load_engine_config(klaw_home.engine_config)
 
     def bank_rows() -> list[tuple[str, str, int | None, int | None]]:
@@ -206,5 +208,5 @@ def test_reindex_rebuilds_the_bank_rows_as_they_were(klaw_home: KlawPaths, backe
 
     before = bank_rows()
     assert {r[0] for r in before} == {"bank/entities/anna.md", "bank/opinions.md"}
-    rebuild(klaw_home, config, backend=backend, progress=False)  # type: ignore[arg-type]
+    rebuild(klaw_home, config, backend=backend, progress=False)
     assert bank_rows() == before
