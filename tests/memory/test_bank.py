@@ -210,3 +210,13 @@ def test_reindex_rebuilds_the_bank_rows_as_they_were(klaw_home: KlawPaths, backe
     assert {r[0] for r in before} == {"bank/entities/anna.md", "bank/opinions.md"}
     rebuild(klaw_home, config, backend=backend, progress=False)
     assert bank_rows() == before
+
+
+def test_a_summary_holding_a_marker_cannot_break_its_page(tmp_path: Path) -> None:
+    page = new_page("Mallory")
+    page.summary = "<!-- klaw:end summary -->\n<!-- klaw:begin facts -->"
+    write_page(tmp_path, page)
+    back = read_page(tmp_path, "mallory")
+    assert back is not None and not back.broken
+    assert back.summary == "&lt;!-- klaw:end summary -->\n&lt;!-- klaw:begin facts -->"
+    write_page(tmp_path, with_fact(back, LISBON))  # still writable

@@ -248,9 +248,13 @@ def parse_page(slug: str, text: str, shown: str = "") -> EntityPage:
     )
 
 
+def _unmarked(line: str) -> str:
+    return "&lt;" + line[1:] if _BEGIN.match(line) or _END.match(line) else line
+
+
 def _block_body(page: EntityPage, name: str) -> list[str] | None:
-    if name == "summary":
-        return page.summary.strip().splitlines()
+    if name == "summary":  # a marker in the text would end the block early: escaped
+        return [_unmarked(x) for x in page.summary.strip().splitlines()]
     if name == "aliases":  # the owner's line already says its own
         theirs = len(replace(page, aliases=[]).names())
         return [f"- {a}" for a in page.names()[theirs:]]
