@@ -8,7 +8,7 @@ fact is recalled even before the reflect job has made a page for its entity.
 
 - Tier 1, exact alias match (free): each name is cut into words and each word analysed
   by the keyword analyser memory search uses (stems, Russian prefixes, CJK bigrams), so
-  "Жоау" finds "Жоаной" and "Lisbon" "Lisbon's". The message is analysed once; each of
+  the alias "Анна" finds "Анной" and "Anna" "Anna's". The message is analysed once; each of
   its terms is one dict lookup. A name matches when every one of its words has a term
   in the message.
 - Tier 2, similarity (cheap, local): the message's embedding, by the model already
@@ -23,9 +23,10 @@ out: a newer fact about the same entity and attribute replaces them), facts foun
 similarity, best first, until `memory.autoRecall.maxTokens`. When memory knows no
 entity and holds no fact, a turn costs one attribute read.
 
-What it knows is rebuilt in a background thread when it is older than `max_age_s`
-(files changed meanwhile are read again; unchanged ones are kept by their stat), so a
-turn never waits for the files; the first turn after start builds it once.
+What it knows is rebuilt in a background thread after an indexing pass changed memory
+files (`Memory.generation`: the watcher's, reflect's) or when it is older than
+`max_age_s`; only files whose stat changed are read again. A turn never waits for the
+files, except the first after start, for at most FIRST_WAIT_S.
 """
 
 from __future__ import annotations
