@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import re
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from klaw.gateway.channels.base import (
 )
 from klaw.gateway.channels.discord.bot import Bot, DiscordError, _Item, _name, log
 from klaw.gateway.channels.discord.heartbeat import watch_heartbeats
+from klaw.retry import Backoff
 from klaw.wire.protocol import Attachment, Quote
 
 _COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:\s+(.*))?", re.DOTALL)
@@ -121,7 +123,11 @@ class Inbound(Bot):
         """discord.py's connection loop (it reconnects and resumes by itself), begun
         again with a fresh IDENTIFY when a frame it cannot read (not JSON, a broken
         zlib stream) escapes it: such a frame would otherwise end the channel."""
+        # Each new session costs one of Discord's 1,000 IDENTIFYs a day: the waits grow
+        # to 5 minutes, and start small again after 10 quiet minutes.
+        backoff = Backoff(self._backoff.first, 2.0, max(self._backoff.cap, 300.0))
         failures = 0
+        last = 0.0
         while not self._client.is_closed():
             try:
                 await self._client.connect(reconnect=True)
@@ -129,8 +135,10 @@ class Inbound(Bot):
             except (discord.PrivilegedIntentsRequired, discord.ConnectionClosed):
                 raise
             except (ValueError, zlib.error, AttributeError, KeyError, TypeError) as exc:
-                failures += 1
-                wait = self._backoff.delay(failures)
+                now = time.monotonic()
+                failures = 1 if now - last > 600 else failures + 1
+                last = now
+                wait = backoff.delay(failures)
                 why = f"the gateway sent what discord.py cannot read ({self._describe(exc)})"
                 log.warning("discord: %s; connecting again in %.1fs", why, wait)
                 self.liveness.failed(why)
