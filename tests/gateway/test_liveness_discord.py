@@ -9,89 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 import discord.gateway
 import pytest
-from fake_discord import TOKEN, FakeDiscord
-from fake_telegram import TOKEN as TELEGRAM_TOKEN
+from fake_discord import FakeDiscord
 from fake_telegram import FakeTelegram
+from liveness_support import discord_channel, gateway, gateway_yaml, status, telegram_channel
 
-from engine_harness import OWNER, T, _daemon, engine_running, log_lines, until
-from klaw.cli.app import app
-from klaw.cli.testing import CliRunner
-from klaw.config import EngineConfig, GatewayConfig
-from klaw.gateway.channels.discord.channel import DiscordChannel
-from klaw.gateway.channels.telegram.channel import TelegramChannel
-from klaw.gateway.core import Gateway, GatewayTimings
-from klaw.gateway.daemon import DISCORD_CURSOR
-from klaw.gateway.daemon import run as run_gateway
+from engine_harness import OWNER, T, engine_running, log_lines, until
+from klaw.config import EngineConfig
 from klaw.paths import KlawPaths
 from scripted_llm import FakeLLM
-
-TIMINGS = GatewayTimings(
-    reconnect_initial_s=0.02, reconnect_max_s=0.2, typing_every_s=0.2, liveness_every_s=0.05
-)
-
-
-def gateway_yaml(
-    dc: FakeDiscord, dm: int, stale_after: int, tg: FakeTelegram | None
-) -> GatewayConfig:
-    telegram: dict[str, Any] = {"enabled": False}
-    if tg is not None:
-        telegram = {"token": TELEGRAM_TOKEN, "apiServer": tg.url, "allowedChatIds": [str(OWNER)]}
-    return GatewayConfig.model_validate(
-        {
-            "channels": {
-                "telegram": telegram,
-                "discord": {
-                    "enabled": True,
-                    "token": TOKEN,
-                    "apiServer": dc.url,
-                    "allowedChatIds": [str(dm)],
-                    "staleAfter": stale_after,
-                },
-                "console": {"enabled": False},
-            }
-        }
-    )
-
-
-def discord_channel(
-    paths: KlawPaths, cfg: GatewayConfig, heartbeat_timeout: float = 60.0
-) -> DiscordChannel:
-    return DiscordChannel(
-        cfg.channels.discord,
-        paths.inbox,
-        paths.state_dir / DISCORD_CURSOR,
-        backoff=0.01,
-        max_backoff=0.05,
-        save_every=0.01,
-        heartbeat_timeout=heartbeat_timeout,
-        watch_every=0.05,
-    )
-
-
-@asynccontextmanager
-async def gateway(
-    paths: KlawPaths, cfg: GatewayConfig, channels: list[Any], dc: FakeDiscord
-) -> AsyncIterator[Gateway]:
-    run = partial(run_gateway, paths, cfg, channels=channels, timings=TIMINGS)
-    async with _daemon("gateway", run, lambda: dc.connected) as gw:
-        yield gw
 
 
 def logged(paths: KlawPaths, dm: int) -> list[str]:
     return [r["content"] for r in log_lines(paths, f"discord_{dm}") if r["role"] == "user"]
-
-
-async def status() -> str:
-    result = await asyncio.to_thread(CliRunner().invoke, app, ["status"])
-    assert result.exit_code == 0, result.stderr
-    return str(result.stdout)
 
 
 def test_the_keep_alive_attributes_read_are_discord_pys() -> None:
@@ -116,10 +49,8 @@ async def test_unacknowledged_heartbeats_resume_and_the_owner_is_told_once(
     dc.heartbeat_ms = 200
     tg.add_chat(OWNER)  # the owner once wrote to the bot: Telegram lets it answer
     dm = dc.dm()
-    cfg = gateway_yaml(dc, dm, stale_after=2, tg=tg)
-    tele = TelegramChannel(
-        cfg.channels.telegram, klaw_home.inbox, backoff=0.01, max_backoff=0.05, poll_timeout=1
-    )
+    cfg = gateway_yaml(tg, dc, dm=dm, discord_stale=2)
+    tele = telegram_channel(klaw_home, cfg)
     llm.answer("Here.")
     caplog.set_level(logging.INFO, "klaw")
     async with (
@@ -153,7 +84,7 @@ async def test_a_silent_gateway_is_resumed_and_nothing_is_lost(
 ) -> None:
     dc = fake_discord
     dm = dc.dm()
-    cfg = gateway_yaml(dc, dm, stale_after=300, tg=None)
+    cfg = gateway_yaml(None, dc, dm=dm)
     async with gateway(klaw_home, cfg, [discord_channel(klaw_home, cfg, 1.0)], dc):
         dc.silent = True  # the socket stays open, nothing comes: not even ACKs
         dc.message(dm, "during the silence")
@@ -170,7 +101,7 @@ async def test_garbage_on_the_gateway_reconnects_and_nothing_is_lost(
 ) -> None:
     dc = fake_discord
     dm = dc.dm()
-    cfg = gateway_yaml(dc, dm, stale_after=300, tg=None)
+    cfg = gateway_yaml(None, dc, dm=dm)
     caplog.set_level(logging.INFO, "klaw")
     async with gateway(klaw_home, cfg, [discord_channel(klaw_home, cfg)], dc):
         dc.message(dm, "before")
@@ -190,7 +121,7 @@ async def test_every_second_connection_cut_still_resumes(
 ) -> None:
     dc = fake_discord
     dm = dc.dm()
-    cfg = gateway_yaml(dc, dm, stale_after=300, tg=None)
+    cfg = gateway_yaml(None, dc, dm=dm)
     async with gateway(klaw_home, cfg, [discord_channel(klaw_home, cfg)], dc):
         dc.cut_every = 2
         for n in range(1, 4):

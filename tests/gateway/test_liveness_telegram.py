@@ -10,88 +10,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 import pytest
-from fake_discord import TOKEN as DISCORD_TOKEN
 from fake_discord import FakeDiscord
-from fake_telegram import TOKEN, FakeTelegram
-
-from engine_harness import CHAT, OWNER, T, _daemon, engine_running, log_lines, until
-from klaw.cli.app import app
-from klaw.cli.testing import CliRunner
-from klaw.config import EngineConfig, GatewayConfig
-from klaw.gateway.channels.discord.channel import DiscordChannel
-from klaw.gateway.channels.telegram.channel import TelegramChannel
-from klaw.gateway.core import Gateway, GatewayTimings
-from klaw.gateway.daemon import DISCORD_CURSOR
-from klaw.gateway.daemon import run as run_gateway
-from klaw.paths import KlawPaths
-from klaw.retry import Backoff
-from scripted_llm import FakeLLM
-
-TIMINGS = GatewayTimings(
-    reconnect_initial_s=0.02, reconnect_max_s=0.2, typing_every_s=0.2, liveness_every_s=0.05
+from fake_telegram import FakeTelegram
+from liveness_support import (
+    POLL_BACKOFF,
+    discord_channel,
+    gateway,
+    gateway_yaml,
+    states,
+    status,
+    telegram_channel,
 )
-BACKOFF = Backoff(0.05, 2.0, 0.4)
 
-
-def gateway_yaml(
-    tg: FakeTelegram, dc: FakeDiscord | None, stale_after: int, dm: int = 0
-) -> GatewayConfig:
-    discord: dict[str, Any] = {"enabled": False}
-    if dc is not None:
-        discord = {
-            "enabled": True,
-            "token": DISCORD_TOKEN,
-            "apiServer": dc.url,
-            "allowedChatIds": [str(dm)],
-        }
-    return GatewayConfig.model_validate(
-        {
-            "channels": {
-                "telegram": {
-                    "token": TOKEN,
-                    "apiServer": tg.url,
-                    "allowedChatIds": [str(OWNER)],
-                    "staleAfter": stale_after,
-                },
-                "discord": discord,
-                "console": {"enabled": False},
-            }
-        }
-    )
-
-
-def telegram(paths: KlawPaths, cfg: GatewayConfig) -> TelegramChannel:
-    return TelegramChannel(
-        cfg.channels.telegram,
-        paths.inbox,
-        backoff=BACKOFF.first,
-        max_backoff=BACKOFF.cap,
-        poll_timeout=1,
-        poll_margin=0.5,
-    )
-
-
-@asynccontextmanager
-async def gateway(
-    paths: KlawPaths, cfg: GatewayConfig, channels: list[Any], dc: FakeDiscord | None = None
-) -> AsyncIterator[Gateway]:
-    run = partial(run_gateway, paths, cfg, channels=channels, timings=TIMINGS)
-    async with _daemon("gateway", run, lambda: dc is None or dc.connected) as gw:
-        yield gw
-
-
-def health(gw: Gateway) -> dict[str, str]:
-    """The channels' states as the gateway last checked (and told) them."""
-    return {
-        h.name: "stale" if h.name in gw.liveness.stale else "ok"
-        for h in gw.liveness.health().channels
-    }
+from engine_harness import CHAT, OWNER, T, engine_running, log_lines, until
+from klaw.config import EngineConfig
+from klaw.paths import KlawPaths
+from scripted_llm import FakeLLM
 
 
 def poll_waits(caplog: pytest.LogCaptureFixture) -> list[float]:
@@ -101,12 +38,6 @@ def poll_waits(caplog: pytest.LogCaptureFixture) -> list[float]:
         for r in caplog.records
         if r.name == "klaw.gateway.telegram" and r.getMessage().startswith("telegram: getUpdates")
     ]
-
-
-async def status(*args: str) -> str:
-    result = await asyncio.to_thread(CliRunner().invoke, app, ["status", *args])
-    assert result.exit_code == 0, result.stderr
-    return str(result.stdout)
 
 
 async def test_a_hung_poll_is_reopened_and_the_owner_is_told_on_discord_once(
@@ -120,18 +51,8 @@ async def test_a_hung_poll_is_reopened_and_the_owner_is_told_on_discord_once(
 ) -> None:
     tg, dc = fake_telegram, fake_discord
     dm = dc.dm()
-    cfg = gateway_yaml(tg, dc, stale_after=3, dm=dm)
-    channels = [
-        telegram(klaw_home, cfg),
-        DiscordChannel(
-            cfg.channels.discord,
-            klaw_home.inbox,
-            klaw_home.state_dir / DISCORD_CURSOR,
-            backoff=0.01,
-            max_backoff=0.05,
-            save_every=0.01,
-        ),
-    ]
+    cfg = gateway_yaml(tg, dc, dm=dm, telegram_stale=3)
+    channels = [telegram_channel(klaw_home, cfg), discord_channel(klaw_home, cfg)]
     llm.answer("Still here.")
     caplog.set_level(logging.INFO, "klaw")
     async with (
@@ -161,7 +82,7 @@ async def test_a_hung_poll_is_reopened_and_the_owner_is_told_on_discord_once(
         await dc.wait_sent(dm, 2, T)
         await until(lambda: {h.state for h in eng.gateway.health} == {"ok"})
         assert "channel telegram ok" in (await status()).splitlines()
-        assert health(gw) == {"telegram": "ok", "discord": "ok"}
+        assert states(gw) == {"telegram": "ok", "discord": "ok"}
     sent = [s.content for s in dc.sent_to(dm)]
     assert len(sent) == 2, sent  # told once that it stopped, once that it works again
     assert sent[1].startswith("✅ Telegram works again")
@@ -169,7 +90,7 @@ async def test_a_hung_poll_is_reopened_and_the_owner_is_told_on_discord_once(
     # Repeated stalls back off: each wait is the next step of the backoff.
     waits = poll_waits(caplog)
     assert len(waits) >= 2
-    assert waits == [BACKOFF.delay(n) for n in range(1, len(waits) + 1)]
+    assert waits == [POLL_BACKOFF.delay(n) for n in range(1, len(waits) + 1)]
     assert any("channel telegram is stale" in r.getMessage() for r in caplog.records)
 
 
@@ -181,17 +102,17 @@ async def test_garbage_makes_the_channel_stale_and_nothing_is_lost(
     kind: str,
 ) -> None:
     tg = fake_telegram
-    cfg = gateway_yaml(tg, None, stale_after=1)
+    cfg = gateway_yaml(tg, None, telegram_stale=1)
     caplog.set_level(logging.INFO, "klaw")
-    async with gateway(klaw_home, cfg, [telegram(klaw_home, cfg)]) as gw:
+    async with gateway(klaw_home, cfg, [telegram_channel(klaw_home, cfg)]) as gw:
         await tg.wait_calls("getUpdates", 1, T)
         tg.fault("getUpdates", kind)
         tg.text(OWNER, "first")
-        await until(lambda: health(gw) == {"telegram": "stale"})
+        await until(lambda: states(gw) == {"telegram": "stale"})
         tg.text(OWNER, "second")
         tg.heal()
         await until(lambda: len(log_lines(klaw_home, CHAT)) == 2)
-        await until(lambda: health(gw) == {"telegram": "ok"})
+        await until(lambda: states(gw) == {"telegram": "ok"})
     assert [r["content"] for r in log_lines(klaw_home, CHAT)] == ["first", "second"]
     messages = [r.getMessage() for r in caplog.records]
     assert any("no other channel to tell the owner about telegram" in m for m in messages)
@@ -203,14 +124,14 @@ async def test_every_second_poll_dropped_loses_nothing(
     klaw_home: KlawPaths, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
 ) -> None:
     tg = fake_telegram
-    cfg = gateway_yaml(tg, None, stale_after=120)
-    async with gateway(klaw_home, cfg, [telegram(klaw_home, cfg)]) as gw:
+    cfg = gateway_yaml(tg, None, telegram_stale=120)
+    async with gateway(klaw_home, cfg, [telegram_channel(klaw_home, cfg)]) as gw:
         await tg.wait_calls("getUpdates", 1, T)
         tg.fault("getUpdates", "drop", every=2)
         for n in range(1, 6):
             tg.text(OWNER, f"message {n}")
             await until(lambda n=n: len(log_lines(klaw_home, CHAT)) == n)  # type: ignore[misc]
-        assert health(gw) == {"telegram": "ok"}
+        assert states(gw) == {"telegram": "ok"}
     assert [r["content"] for r in log_lines(klaw_home, CHAT)] == [
         f"message {n}" for n in range(1, 6)
     ]
