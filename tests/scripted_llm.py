@@ -112,6 +112,20 @@ def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
+def offered(request: dict[str, Any]) -> set[str]:
+    """The tools a request offers: those whose schema it sends, and those named in a
+    group's line of `tools_load` (rarely used built-ins, klaw.tools.builtin_groups)."""
+    names: set[str] = set()
+    for tool in request.get("tools") or []:
+        fn = tool["function"]
+        names.add(fn["name"])
+        if fn["name"] == "tools_load":
+            for line in fn["description"].split("\nGroups:\n", 1)[-1].splitlines():
+                if not line.startswith("- mcp__"):  # a server's line names short names
+                    names.update(line.rpartition(": ")[2].split(", "))
+    return names
+
+
 # ---------------------------------------------------------------- fixtures
 
 

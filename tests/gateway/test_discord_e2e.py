@@ -31,7 +31,7 @@ from klaw.gateway.channels.telegram.format import utf16_len
 from klaw.gateway.core import Gateway
 from klaw.gateway.daemon import DISCORD_CURSOR, build_channels
 from klaw.paths import KlawPaths
-from scripted_llm import FakeLLM, call
+from scripted_llm import FakeLLM, call, offered
 
 
 def discord_config(fake: FakeDiscord, allowed: list[int], **discord: Any) -> GatewayConfig:
@@ -201,8 +201,7 @@ async def test_server_channels_need_listing_and_addressing_and_never_see_private
     group_prompt, private_prompt = (r["messages"][0]["content"] for r in llm.requests)
     assert "peanuts" not in group_prompt and "(group chat)" in group_prompt
     assert "peanuts" in private_prompt
-    group_tools = {t["function"]["name"] for t in group_req["tools"]}
-    private_tools = {t["function"]["name"] for t in private_req["tools"]}
+    group_tools, private_tools = offered(group_req), offered(private_req)
     assert {"memory_search", "memory_core_get", "file_read"} <= private_tools
     assert not {"memory_search", "memory_core_get", "file_read"} & group_tools
 

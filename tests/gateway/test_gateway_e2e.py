@@ -33,7 +33,7 @@ from klaw.gateway.channels.telegram.channel import TelegramChannel
 from klaw.gateway.daemon import run as run_gateway
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import MAX_LINE_BYTES
-from scripted_llm import FakeLLM, call, write_engine_yaml
+from scripted_llm import FakeLLM, call, offered, write_engine_yaml
 
 
 async def test_a_telegram_message_is_answered_and_logged_exactly(
@@ -341,8 +341,7 @@ async def test_groups_are_served_only_when_listed_and_never_see_private_memory(
     assert "peanuts" not in group_prompt and "(group chat)" in group_prompt
     assert "peanuts" in private_prompt
     # Nor is the private memory one tool call away in the group.
-    group_tools = {t["function"]["name"] for t in group_req["tools"]}
-    private_tools = {t["function"]["name"] for t in private_req["tools"]}
+    group_tools, private_tools = offered(group_req), offered(private_req)
     assert {"memory_search", "memory_core_get", "file_read"} <= private_tools
     assert not {"memory_search", "memory_core_get", "file_read"} & group_tools
     assert "current_time" in group_tools

@@ -41,7 +41,7 @@ from klaw.tools.messaging import SendFile
 from klaw.wire.console import Reply, decode_console
 from klaw.wire.protocol import Attachment, Delivered, Error, ErrorCode, Outbound, encode
 from pictures import png
-from scripted_llm import FakeLLM, call
+from scripted_llm import FakeLLM, call, offered
 
 
 def args(**kw: Any) -> str:
@@ -220,9 +220,8 @@ async def test_files_to_a_chat_not_allowed_are_refused_and_a_group_gets_no_send_
         await fake.wait_sent(group, 1, T)
     assert "not in allowedChatIds" in tool_results(llm.requests[1])["c1"]
     assert fake.uploads == []
-    group_tools = {t["function"]["name"] for t in llm.requests[2].get("tools", [])}
-    assert "send_file" in PRIVATE_TOOLS and "send_file" not in group_tools
-    assert "send_file" in {t["function"]["name"] for t in llm.requests[0]["tools"]}
+    assert "send_file" in PRIVATE_TOOLS and "send_file" not in offered(llm.requests[2])
+    assert "send_file" in offered(llm.requests[0])
 
 
 async def test_a_file_too_big_for_discord_is_refused_and_a_small_one_arrives(

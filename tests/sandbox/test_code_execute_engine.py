@@ -24,6 +24,7 @@ from sandbox_support import (
 
 from klaw.paths import KlawPaths
 from scripted_llm import FakeLLM, call
+from scripted_llm import offered as tool_names  # schemas sent and tools_load's lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scheduler"))
 from sched_support import T, engine_running, until
@@ -44,10 +45,6 @@ def sandbox_keys(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 def tool_results(request: dict[str, Any]) -> list[str]:
     return [m["content"] for m in request["messages"] if m["role"] == "tool"]
-
-
-def tool_names(request: dict[str, Any]) -> set[str]:
-    return {t["function"]["name"] for t in request.get("tools", [])}
 
 
 async def test_the_model_runs_code_reads_errors_and_gets_its_files(

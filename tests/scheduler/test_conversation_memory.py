@@ -12,7 +12,7 @@ from sched_support import engine_running, engine_yaml, until
 
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import Inbound, Outbound, new_id
-from scripted_llm import FakeLLM, call
+from scripted_llm import FakeLLM, call, offered
 
 CHAT = "telegram_100"
 OTHER = "telegram_200"
@@ -57,8 +57,7 @@ async def test_the_model_finds_an_earlier_round_of_its_own_chat_only(
         await until(indexed)
         out = await say(server, "Where did I put the key?")
         assert out.content == "Under the blue flowerpot."
-        offered = {t["function"]["name"] for t in llm.requests[1]["tools"]}
-        assert "conversation_search" in offered
+        assert "conversation_search" in offered(llm.requests[1])
         found = tool_result(llm.requests[2])
         assert "blue flowerpot" in found
         assert f"chat:{CHAT} " in found and " msg " in found  # cited: chat, date, message ids

@@ -13,7 +13,7 @@ from sched_support import T, engine_running, engine_yaml, history, klaw
 
 from klaw.paths import KlawPaths
 from klaw.wire.protocol import Inbound, Outbound, new_id
-from scripted_llm import FakeLLM, call
+from scripted_llm import FakeLLM, call, offered
 
 CHAT = "telegram_100"
 
@@ -98,7 +98,7 @@ async def test_subagent_spawn_answers_at_once_and_the_result_follows(
     assert [m["content"] for m in spawned["messages"] if m["role"] == "user"] == [
         "Compare three heat pumps"
     ]
-    assert "subagent_spawn" not in {t["function"]["name"] for t in spawned.get("tools", [])}
+    assert "subagent_spawn" not in offered(spawned)
 
 
 async def test_the_model_cannot_remove_the_built_in_jobs(

@@ -15,6 +15,7 @@ import pytest
 
 from klaw.paths import KlawPaths
 from scripted_llm import FakeLLM, call
+from scripted_llm import offered as tool_names  # schemas sent and tools_load's lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sandbox"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,10 +32,6 @@ async def servers() -> AsyncIterator[tuple[Site, SearchApi]]:
     yield site, api
     await api.close()
     await site.close()
-
-
-def tool_names(request: dict[str, Any]) -> set[str]:
-    return {t["function"]["name"] for t in request.get("tools", [])}
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:

@@ -24,6 +24,7 @@ from klaw.mounts import parse_mount
 from klaw.paths import KlawPaths, expand_home, unsafe_workspace
 
 __all__ = [
+    "DEFAULT_EAGER_TOOLS",
     "DEFAULT_EMBEDDING_MODEL",
     "WORKSPACE_HINT",
     "ArchiveConfig",
@@ -57,6 +58,7 @@ __all__ = [
     "SchedulerConfig",
     "SearchConfig",
     "SummarizationConfig",
+    "ToolsConfig",
     "WatchConfig",
     "WebConfig",
     "WebFetchConfig",
@@ -453,6 +455,26 @@ class FilesConfig(Section):
     max_file_size_bytes: PositiveInt = 1_048_576
 
 
+#: Built-in tools whose schemas go in every request; the others are one line of a
+#: group each, loaded on demand (klaw.tools.builtin_groups, docs/engine.md#tools).
+DEFAULT_EAGER_TOOLS: tuple[str, ...] = (
+    "memory_search",
+    "memory_save",
+    "file_read",
+    "current_time",
+    "send_message",
+    "skill_load",
+    "web_search",
+)
+
+
+class ToolsConfig(Section):
+    # "*": every built-in schema in every request (no groups).
+    eager: list[Annotated[str, Field(pattern=r"^(\*|[a-z][a-z0-9_]{0,63})$")]] = Field(
+        default_factory=lambda: list(DEFAULT_EAGER_TOOLS)
+    )
+
+
 def parse_allow_host(entry: str) -> tuple[str | IPNetwork, int | None]:
     """A `web.fetch.allowHosts` entry: (lowercase name or network, port or None).
     Names may start with `*.` (any subdomain); ValueError says what is expected."""
@@ -620,6 +642,7 @@ class EngineConfig(Section):
     summarization: SummarizationConfig = Field(default_factory=SummarizationConfig)
     code_execution: CodeExecutionConfig = Field(default_factory=CodeExecutionConfig)
     files: FilesConfig = Field(default_factory=FilesConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     commands: list[CommandSpec] = Field(default_factory=_default_commands)
     compatibility: CompatibilityConfig = Field(default_factory=CompatibilityConfig)

@@ -66,6 +66,7 @@ from klaw.memory.rows import with_content
 from klaw.memory.summaries import segment_summary
 from klaw.retry import Backoff
 from klaw.spend import BudgetSpent, source_for_chat
+from klaw.tools.builtin_groups import eager_problems, fold, pick
 from klaw.tools.onboarding import onboarding_pending
 from klaw.wire.loglines import command_text, inbound_line, line_row, outbound_line
 from klaw.wire.protocol import Command, Error, ErrorCode, Inbound, LogLine, Outbound, new_id
@@ -217,6 +218,8 @@ class Pipeline:
         # When no model answers, the batch is tried again after this, doubling.
         self.retry_base_s = 30.0
         self.retry_max_s = 900.0
+        for problem in eager_problems(config.tools.eager):
+            log.warning("%s", problem)
         if commands is None:
             from klaw.engine.commands import Commands
 
@@ -473,7 +476,7 @@ class Pipeline:
         if not onboarding:
             registry = registry.only(n for n in registry.names() if n != "onboarding_done")
         if batch.lean:
-            registry = registry.only(LEAN_TOOLS)
+            registry = pick(registry, LEAN_TOOLS)  # every schema sent, folded or not
             skills = [(name, "") for name, _ in skills]
         context = assemble_context(
             ContextInput.from_limits(
@@ -855,6 +858,8 @@ class Pipeline:
                     from klaw.tools.web import for_groups
 
                     registry = for_groups(registry)  # web_fetch without web.fetch.allowHosts
+            # Last: rarely used built-ins become one line each of tools_load.
+            registry = fold(registry, self.config.tools.eager, chat_id)
             self._registries[chat_id] = registry
         return registry
 

@@ -168,18 +168,21 @@ class ToolRegistry:
             # Weaker models send `"top_k": null` for an optional argument they skip.
             required = set(tool.parameters.get("required", []))
             args = {k: v for k, v in args.items() if v is not None or k in required}
+        found = None
+        if name not in self._tools and self.disclosure is not None:
+            found = self.disclosure.find(name)
         problems = validate(args, tool.parameters)
         if problems:
+            if found is not None and self.disclosure is not None:
+                self.disclosure.used(found[0])  # called unloaded: the schema comes next
             return ToolResult(
                 f"Invalid arguments for {name}: " + "; ".join(problems[:10]), is_error=True
             )
-        if name not in self._tools and self.disclosure is not None:
-            found = self.disclosure.find(name)
-            if found is not None:
-                refused = found[0].admit(self.disclosure.chat_id, tool, args)
-                if refused is not None:
-                    return ToolResult(refused, is_error=True)
-                self.disclosure.used(found[0])
+        if found is not None and self.disclosure is not None:
+            refused = found[0].admit(self.disclosure.chat_id, tool, args)
+            if refused is not None:
+                return ToolResult(refused, is_error=True)
+            self.disclosure.used(found[0])
         try:
             content = await tool.run(dict(args))
         except ToolError as exc:

@@ -15,8 +15,8 @@ __all__ = ["CurrentTime"]
 class CurrentTime(Tool):
     name = "current_time"
     description = (
-        "The current date, time, weekday and timezone. Optional `timezone` is an IANA name "
-        "such as Europe/Prague; the default is the owner's zone."
+        "The current date, time, weekday and zone; `timezone`: an IANA name such as "
+        "Europe/Prague (default: the owner's)."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

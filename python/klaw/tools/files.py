@@ -223,16 +223,15 @@ def _row(name: str, st: os.stat_result) -> tuple[int, str, str]:
 class FileRead(Tool):
     name = "file_read"
     description = (
-        "Read a text file from the workspace. `path` is relative to the workspace. Long "
-        "files come back a page at a time: pass `offset` (first line, 1-based) and `limit` "
-        "(number of lines) to read more."
+        "Read a text file; `path` is relative to the workspace. A long file comes a page "
+        "at a time: `offset` (first line, 1-based) and `limit` (lines) read on."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "file path relative to the workspace"},
-            "offset": {"type": "integer", "minimum": 1, "description": "first line (1-based)"},
-            "limit": {"type": "integer", "minimum": 1, "description": "maximum lines"},
+            "path": {"type": "string"},
+            "offset": {"type": "integer", "minimum": 1},
+            "limit": {"type": "integer", "minimum": 1},
         },
         "required": ["path"],
         "additionalProperties": False,

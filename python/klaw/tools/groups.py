@@ -1,13 +1,14 @@
 """Tool groups: many tools offered to the model as one line, their schemas on demand.
 
 Every schema sent costs its tokens on every model call. A `ToolGroup` (an MCP server's
-tools; later, rarely used built-ins) is shown to the model as one line in the
-description of `tools_load`; calling `tools_load({"group": ...})` adds that group's
-schemas to the following calls of the turn and to the chat's next turns, until the
-group has gone `IDLE_TURNS` turns without a call to one of its tools. An `eager` group's
-schemas are sent on every call, like built-in tools. A tool of a group is callable
-whether or not its schemas were loaded (a model that remembers one from earlier in the
-chat may call it).
+tools; rarely used built-ins, klaw.tools.builtin_groups) is shown to the model as one
+line in the description of `tools_load`; calling `tools_load({"group": ...})` adds that
+group's schemas to the following calls of the turn and to the chat's next turns, until
+the group has gone `IDLE_TURNS` turns without a call to one of its tools. An `eager`
+group's schemas are sent on every call, like built-in tools. A tool of a group is
+callable whether or not its schemas were loaded (a model that remembers one from
+earlier in the chat, or read its name in the group's line, may call it), and such a
+call loads its group: the schemas help the calls that follow.
 
 A group's tools may change while the engine runs (an MCP server starts in the
 background, restarts, announces a new list): `ToolGroup.tools()` is asked each time.
@@ -102,6 +103,11 @@ class Disclosure:
     def __bool__(self) -> bool:
         return bool(self._all)
 
+    def with_groups(self, groups: Iterable[ToolGroup]) -> Disclosure:
+        """The same chat's state and filter, offering `groups` too."""
+        more = [*self._all.values(), *groups]
+        return Disclosure(self.chat_id, more, _state=self._state, _keep=self._keep)
+
     def restricted(self, keep: Callable[[ToolGroup], bool]) -> Disclosure:
         """The same chat's state with only the groups `keep` accepts (when asked)."""
         prev = self._keep
@@ -150,8 +156,8 @@ class Disclosure:
         return group
 
     def used(self, group: ToolGroup) -> None:
-        if group.name in self._state.loaded:
-            self._state.loaded[group.name] = self._state.turn
+        """One of `group`'s tools was called: it stays (or becomes) loaded."""
+        self._state.loaded[group.name] = self._state.turn
 
     def loader(self) -> ToolsLoad:
         return ToolsLoad(self)
@@ -162,8 +168,8 @@ class ToolsLoad(Tool):
 
     name = LOADER_NAME
     description = (
-        "Load the tools of one of these groups; their schemas are then available for "
-        "the rest of this conversation. Call it before using a group's tools."
+        "Load the tools of one of these groups before calling them; their schemas stay "
+        "for the rest of this chat."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

@@ -115,11 +115,10 @@ class _TimeWords:
 class MemorySearch(Tool):
     name = "memory_search"
     description = (
-        "Search archival memory (notes, daily logs, summaries, saved facts) by meaning and "
-        "keywords. Results cite their source; filter by date range or source. Time words "
-        "in the query (last week, в прошлом месяце, 上周) put dated notes of that time first. "
-        "`kind`/`entity` search the retained facts (one line each) of that kind or about "
-        "that person, place or project; a newer fact comes before one it supersedes."
+        "Search archival memory (notes, daily logs, summaries, saved facts); results cite "
+        "their source. Time words in the query (last week, 上周) put notes of that time "
+        "first. `kind`/`entity`: only retained facts of that kind, or about that person, "
+        "place or project."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -129,16 +128,8 @@ class MemorySearch(Tool):
             "since": {"type": "string", "description": "ISO date/datetime, inclusive"},
             "until": {"type": "string", "description": "ISO date/datetime, inclusive"},
             "source": {"type": "string", "description": "e.g. MEMORY.md or memory_save"},
-            "kind": {
-                "type": "string",
-                "enum": ["world", "experience", "opinion", "observation"],
-                "description": "only retained facts of this kind",
-            },
-            "entity": {
-                "type": "string",
-                "minLength": 1,
-                "description": "only retained facts about this person, place or project",
-            },
+            "kind": {"type": "string", "enum": ["world", "experience", "opinion", "observation"]},
+            "entity": {"type": "string", "minLength": 1},
         },
         "required": ["query"],
         "additionalProperties": False,

@@ -81,10 +81,8 @@ def _channel_of(chat_id: str) -> str:
 class SendMessage(Tool):
     name = "send_message"
     description = (
-        "Send a text message to another chat, e.g. to notify the owner in a different "
-        "chat. Your normal answer already goes to the current chat: do not use this for "
-        "it. `chat_id` is '{channel}_{id}' such as 'telegram_123456'; the gateway only "
-        "delivers to chats the owner allowed, and tells you when it refuses."
+        "Send a text to another chat, e.g. 'telegram_123456' (your answer already goes "
+        "to this one). Only chats the owner allowed receive it; a refusal comes back."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

@@ -323,9 +323,8 @@ class SkillList(Tool):
 class SkillLoad(Tool):
     name = "skill_load"
     description = (
-        "Load the full instructions (SKILL.md) of a skill named by skill_list, or with "
-        "`file` one of its resources (a path inside the skill's folder, e.g. "
-        "'references/api.md')."
+        "Load a skill's full instructions (SKILL.md), or with `file` one of its files "
+        "(a path in the skill's folder, e.g. 'references/api.md')."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
