@@ -250,3 +250,66 @@ def test_a_misspelt_source_is_an_error_naming_file_and_key(tmp_path: Path) -> No
         load_engine_config(path)
     text = str(bad.value)
     assert str(path) in text and "budget.perSource" in text and "'hearbeat' names no source" in text
+
+
+def test_usage_reported_below_zero_is_no_credit(tmp_path: Path) -> None:
+    """A provider (or a proxy) answering `prompt_tokens: -1000000000` must not give the
+    budget money back: the call counts as 0 tokens of that kind, and is logged so."""
+    spend = Spend(config(daily=0.02), tmp_path, clock=Clock(at("2026-03-10T12:00")))
+    call(spend)
+    ticket = spend.admit("chat:a", "fake/m", 10, 3)
+    made = spend.settle(ticket, "fake/m", -1_000_000_000, -5, -7)
+    assert made.cost == 0 and (made.tokens_in, made.tokens_out, made.cached_in) == (0, 0, 0)
+    assert spend.spent_today == pytest.approx(COST)
+    call(spend)
+    with pytest.raises(BudgetSpent):
+        call(spend)  # 2 × 0.013 ≥ 0.02: the cap still holds
+    found = SpendRead()
+    list(read_spend(tmp_path, date(2026, 3, 9), date(2026, 3, 11), found))
+    assert found.skipped == []  # what was logged reads back
+
+
+def test_a_spend_line_costing_nan_or_infinity_is_skipped_and_the_cap_holds(tmp_path: Path) -> None:
+    """NaN compares false with everything: one such line counted would end every cap."""
+    path = tmp_path / "2026-03-10.jsonl"
+    lines = [
+        '{"ts":"2026-03-09T22:00:00Z","source":"x","model":"fake/m","cost":NaN,"currency":"USD"}',
+        '{"ts":"2026-03-09T22:00:00Z","source":"x","model":"fake/m","cost":Infinity,'
+        '"currency":"USD"}',
+        '{"ts":"2026-03-09T22:00:00Z","source":"x","model":"fake/m","cost":1e999,"currency":"USD"}',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    spend = Spend(config(daily=0.02), tmp_path, clock=Clock(at("2026-03-10T12:00")))
+    assert len(spend.skipped) == 3 and all("finite" in s for s in spend.skipped)
+    assert spend.spent_today == 0 and spend.spent_month == 0
+    call(spend)
+    call(spend)
+    with pytest.raises(BudgetSpent):
+        call(spend)
+
+
+def test_an_infinite_price_is_an_error_naming_the_key(tmp_path: Path) -> None:
+    """`.inf` × 0 cached tokens is NaN: such a price would have switched the budget off."""
+    from klaw.config import load_engine_config
+    from klaw.errors import ConfigError
+
+    path = tmp_path / "engine.yaml"
+    for key, value in (("input", ".inf"), ("output", "1e999"), ("cachedInput", ".nan")):
+        price = {"input": "1", "output": "1", "cachedInput": "1"} | {key: value}
+        fields = ", ".join(f"{k}: {v}" for k, v in price.items())
+        path.write_text(f"models:\n  fake/m:\n    price: {{{fields}, currency: USD}}\n")
+        with pytest.raises(ConfigError) as bad:
+            load_engine_config(path)
+        text = str(bad.value)
+        assert str(path) in text and f"price.{key}" in text, text
+    path.write_text("budget:\n  daily: .inf\n  rates: {CNY: .inf}\n")
+    with pytest.raises(ConfigError) as bad:
+        load_engine_config(path)
+    assert "budget.daily" in str(bad.value) and "budget.rates" in str(bad.value)
+
+
+def test_an_openai_style_usage_below_zero_reads_as_zero() -> None:
+    from klaw.llm.openai_compat import _usage
+    from klaw.llm.types import Usage
+
+    assert _usage({"prompt_tokens": -(10**9), "completion_tokens": 5}) == Usage(0, 5, 0)

@@ -99,13 +99,17 @@ class ProviderConfig(Section):
         return bool(self.api_key) or is_loopback(self.endpoint)
 
 
+#: A price, cap or rate: `.inf` is refused (inf × 0 tokens is NaN, which no cap stops).
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class PriceConfig(Section):
     """A model's list price per million tokens (docs/costs.md); `cachedInput` is the
     price of input tokens read from the provider's cache (unset: the input price)."""
 
-    input: Annotated[float, Field(ge=0)]
-    output: Annotated[float, Field(ge=0)]
-    cached_input: Annotated[float, Field(ge=0)] | None = None
+    input: Amount
+    output: Amount
+    cached_input: Amount | None = None
     currency: Literal["CNY", "USD"]
 
 
@@ -282,11 +286,13 @@ class BudgetConfig(Section):
     `summary`...; the most specific key wins). `rates` convert other currencies: one
     unit of the key's currency is worth this much of `currency`."""
 
-    daily: Annotated[float, Field(ge=0)] | None = None
-    monthly: Annotated[float, Field(ge=0)] | None = None
+    daily: Amount | None = None
+    monthly: Amount | None = None
     currency: Literal["CNY", "USD"] = "USD"
-    per_source: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
-    rates: dict[Literal["CNY", "USD"], Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    per_source: dict[str, Amount] = Field(default_factory=dict)
+    rates: dict[Literal["CNY", "USD"], Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict
+    )
     # A chat over its cap is answered by this model (the offline one) after the notice.
     offline_model: str | None = None
 

@@ -415,7 +415,7 @@ def _usage(raw: Any) -> Usage:
     def num(*keys: str) -> int:
         for key in keys:
             value = raw.get(key)
-            if isinstance(value, int):
+            if isinstance(value, int) and value >= 0:  # below zero: not a count (no credit)
                 return value
         return 0
 

@@ -203,8 +203,22 @@ class Spend:
     def settle(
         self, ticket: Ticket, model: str, tokens_in: int, tokens_out: int, cached_in: int = 0
     ) -> Call:
-        """The call answered (by `model`, maybe a fallback): its cost is counted and logged."""
+        """The call answered (by `model`, maybe a fallback): its cost is counted and logged.
+        Usage reported below zero counts as zero: it must not give the budget money back."""
         self.release(ticket)
+        if min(tokens_in, tokens_out, cached_in) < 0:
+            log.warning(
+                "budget: %s reported negative usage (in %d, out %d, cached %d): counted as 0",
+                model,
+                tokens_in,
+                tokens_out,
+                cached_in,
+            )
+            tokens_in, tokens_out, cached_in = (
+                max(tokens_in, 0),
+                max(tokens_out, 0),
+                max(cached_in, 0),
+            )
         now = self._clock()
         if now >= self._period.end:
             self._roll(now)

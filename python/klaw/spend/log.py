@@ -15,6 +15,7 @@ Lines that cannot be read (torn, not JSON, wrong fields) are skipped and counted
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -128,8 +129,8 @@ def _parse(data: Any) -> Call | Told:
     cost = data.get("cost")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)):
         raise ValueError(f"cost is {cost!r}, expected a number or null")
-    if cost is not None and cost < 0:
-        raise ValueError(f"cost is {cost!r}, expected 0 or more")
+    if cost is not None and not 0 <= cost < math.inf:  # NaN fails too: it would end every cap
+        raise ValueError(f"cost is {cost!r}, expected a finite number, 0 or more")
     currency = data.get("currency")
     return Call(
         at=at,
