@@ -131,7 +131,11 @@ def response(*names: str) -> LlmResponse:
         ("AAA", 3),
         ("ABABAB", 6),
         ("AABAAB", None),  # not a pair in turn, nor three in a row
-        ("ABCABCABC", None),  # three calls in turn: the round cap catches it
+        ("AABAABAAB", 9),  # a round of three, three times
+        ("ABCABCABC", 9),
+        ("ABCABCAB", None),
+        ("ABCDABCDABCD", 12),
+        ("ABCDEABCDEABCDE", None),  # rounds of five and more: the round cap catches them
         ("ABAB" + "A", None),
     ],
 )
@@ -149,3 +153,35 @@ def test_parallel_calls_in_one_response_count_in_order() -> None:
     guard = LoopGuard(ProcessingConfig(max_tool_call_rounds=100))
     stop = guard.check(response("A", "A", "A"))
     assert stop is not None and stop.error == "loop_repeat"
+
+
+def test_three_calls_in_turn_end_the_turn_with_their_names() -> None:
+    guard = LoopGuard(ProcessingConfig(max_tool_call_rounds=100))
+    stops = [guard.check(response(name)) for name in "ABCABCABC"]
+    stop = stops[-1]
+    assert stops[:-1] == [None] * 8 and stop is not None and stop.error == "loop_cycle"
+    assert "calling A, B and C in turn" in stop.message
+    assert 'A {"x": 1} -> B' in stop.detail
+
+
+def test_arguments_differing_in_key_order_or_malformed_whitespace_are_the_same_call() -> None:
+    guard = LoopGuard(ProcessingConfig(max_tool_call_rounds=100))
+    calls = [
+        ToolCall(id="a", name="f", arguments={"x": 1, "y": 2}),
+        ToolCall(id="b", name="f", arguments={"y": 2, "x": 1}),
+    ]
+    assert guard.check(LlmResponse(None, calls, "tool_calls", Usage(1, 1))) is None
+    bad = [
+        ToolCall(id=f"m{i}", name="g", arguments={}, error="not JSON", raw_arguments=raw)
+        for i, raw in enumerate(['{"x":', '{"x": ', ' {"x":\n'])
+    ]
+    stops = [guard.check(LlmResponse(None, [c], "tool_calls", Usage(1, 1))) for c in bad]
+    assert stops[-1] is not None and stops[-1].error == "loop_repeat"
+
+
+def test_usage_below_zero_does_not_undo_the_token_cap() -> None:
+    guard = LoopGuard(ProcessingConfig.model_validate({"loops": {"maxTokens": 39}}))
+    guard.check(LlmResponse(None, [], "tool_calls", Usage(-(10**9), -5)))
+    calls = [ToolCall(id=f"c{i}", name=f"t{i}", arguments={}) for i in range(3)]
+    stops = [guard.check(LlmResponse(None, [c], "tool_calls", Usage(10, 3))) for c in calls]
+    assert stops[-1] is not None and stops[-1].error == "loop_tokens"

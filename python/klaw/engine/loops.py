@@ -5,7 +5,9 @@ after each model response that calls tools, before they run. It stops the turn a
 `processing.maxToolCallRounds` rounds, at `processing.loops.maxTokens` tokens or
 `maxSeconds` of wall time, and when the calls repeat: the same tool with the same
 arguments `repeats` times in a row, or two calls alternating (A,B,A,B,...) `repeats`
-times. Every check is a comparison on what the turn already has: microseconds.
+times, or a round of three or four calls (A,B,C,A,B,C,...) `repeats` times. Arguments
+are compared as parsed (key order does not matter); a malformed call's text without
+its whitespace. Every check is a comparison on what the turn already has: microseconds.
 """
 
 from __future__ import annotations
@@ -33,14 +35,15 @@ class LoopStop:
     """Why a turn stops: `error` for the reply's meta, `message` for the user, `detail`
     for the log."""
 
-    error: str  # "tool_call_limit", "loop_repeat", "loop_alternate", "loop_tokens", "loop_time"
+    # "tool_call_limit", "loop_repeat", "loop_alternate", "loop_cycle", "loop_tokens", "loop_time"
+    error: str
     message: str
     detail: str
 
 
 def _key(call: ToolCall) -> tuple[str, str]:
     if call.error is not None:  # malformed: what the model sent is the call
-        return call.name, call.raw_arguments or ""
+        return call.name, " ".join((call.raw_arguments or "").split())
     try:
         return call.name, json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -65,7 +68,8 @@ class LoopGuard:
     def check(self, response: LlmResponse) -> LoopStop | None:
         """After a response that calls tools: None to run them, else why the turn ends.
         Counts the response's tokens and calls either way."""
-        self.tokens += response.usage.tokens_in + response.usage.tokens_out
+        usage = response.usage  # below zero is no count: it must not buy more rounds
+        self.tokens += max(usage.tokens_in, 0) + max(usage.tokens_out, 0)
         self.calls.extend(_key(c) for c in response.tool_calls)
         if self.rounds >= self.max_rounds:
             return LoopStop(
@@ -116,4 +120,22 @@ class LoopGuard:
                 f"without getting anywhere. {_AGAIN}",
                 f"loop: {a} {a_args[:100]} and {b} {b_args[:100]} alternating {n} times",
             )
+        for period in (3, 4):  # a round of calls made again and again (A,B,C,A,B,C,...)
+            window = calls[-period * n :]
+            cycle = window[:period]
+            if len(window) == period * n and window == cycle * n and _shortest(cycle):
+                names = [name for name, _ in cycle]
+                shown = ", ".join(names[:-1]) + " and " + names[-1]
+                return LoopStop(
+                    "loop_cycle",
+                    f"I stopped: I was calling {shown} in turn, the same way {n} times, "
+                    f"without getting anywhere. {_AGAIN}",
+                    f"loop: {' -> '.join(f'{c} {a[:60]}' for c, a in cycle)} repeated {n} times",
+                )
         return None
+
+
+def _shortest(cycle: list[tuple[str, str]]) -> bool:
+    """Whether `cycle` is not a shorter one repeated (A,B,A,B is the pair A,B)."""
+    size = len(cycle)
+    return not any(size % p == 0 and cycle == cycle[:p] * (size // p) for p in range(1, size))
