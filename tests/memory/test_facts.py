@@ -12,7 +12,8 @@ from klaw.config import load_engine_config
 from klaw.errors import InvalidInput
 from klaw.memory import Memory
 from klaw.memory.api import rebuild
-from klaw.memory.facts import attribute_of
+from klaw.memory.facts import attribute_of, supersessions
+from klaw.memory.retain import parse_retain
 from klaw.paths import KlawPaths
 from klaw.tools.memory_tools import MemorySearch
 
@@ -138,6 +139,13 @@ def test_a_newer_fact_supersedes_an_older_one_and_comes_first(
         )
 
     assert holding("memory/2026-03-02.md", 4) < holding("memory/2026-01-10.md", 6)
+    # The same marks from the parsed bullets alone (what entity pages use).
+    parsed = [
+        f
+        for day, text in (("2026-01-10", BERLIN), ("2026-03-02", LISBON))
+        for f in parse_retain(text, f"memory/{day}.md")
+    ]
+    assert supersessions(parsed) == {berlin.fact_id: lisbon.fact_id}
     # Removing the newer log makes the old fact current again.
     (klaw_home.workspace / "memory" / "2026-03-02.md").unlink()
     memory.index_workspace()
@@ -195,6 +203,10 @@ def test_an_edit_replaces_the_facts_of_its_log(memory: Memory) -> None:
     memory.index_workspace()
     assert [f.line for f in memory.store.facts()] == [6, 7]
     assert memory.search("tea", kind="opinion") == []
+    path.write_text("# 2026-01-10\n\nNo retain section any more.\n")
+    memory.index_workspace()
+    assert memory.store.facts() == []
+    assert memory.search("Berlin", entity="Anna") == []
 
 
 def test_hostile_bullets_are_indexed_with_their_limits(memory: Memory) -> None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 
 from klaw import _core
 from klaw.errors import InvalidInput
-from klaw.memory.retain import KINDS, entity_key, parse_retain
+from klaw.memory.retain import KINDS, Fact, entity_key, parse_retain
 
 if TYPE_CHECKING:
     from klaw.memory.api import Memory
@@ -47,6 +47,7 @@ __all__ = [
     "newer_first",
     "supersede",
     "superseded_notes",
+    "supersessions",
 ]
 
 log = logging.getLogger("klaw.memory")
@@ -128,8 +129,9 @@ def index_facts(memory: Memory, label: str, text: str, before: Iterable[str] = (
                 entities=[(e, _terms(e, query=False)) for e in f.entities],
             )
         )
-    vectors, _ = memory._embed([f.content for f in facts]) if facts else (b"", 0)
-    memory.store.replace_facts(label, new, vectors)
+    if new:  # the file's chunks were just replaced, and its old facts with them
+        vectors, _ = memory._embed([f.content for f in facts])
+        memory.store.replace_facts(label, new, vectors)
     names = set(before) | {e for f in facts for e in f.entities}
     if names:
         supersede(memory.store, names)
@@ -160,7 +162,29 @@ def attribute_of(content: str, explicit: str | None) -> str | None:
     return None
 
 
-def _value(row: _core.FactRow, attribute: str) -> frozenset[str]:
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """What supersession reads of a fact, from klaw.db's row or a parsed bullet."""
+
+    fact_id: str
+    content: str
+    attribute: str | None
+    entities: tuple[str, ...]
+    day: str | None
+    start_day: str | None
+    path: str
+    line: int
+
+    @classmethod
+    def of(cls, f: _core.FactRow | Fact) -> _Row:
+        if isinstance(f, Fact):
+            return cls(f.id, f.content, f.attribute, f.entities, f.day, f.start, f.source, f.line)
+        return cls(
+            f.fact_id, f.content, f.attribute, tuple(f.entities), f.day, f.start_day, f.path, f.line
+        )
+
+
+def _value(row: _Row, attribute: str) -> frozenset[str]:
     """The terms of what a fact says about its attribute (its entities, the words
     naming the attribute and mentions left out), to tell a change from a repeat:
     two values one of which holds all the other's terms are the same."""
@@ -172,7 +196,7 @@ def _value(row: _core.FactRow, attribute: str) -> frozenset[str]:
     return frozenset(t for t in _core.analyze(text, True) if t not in names)
 
 
-def _order(row: _core.FactRow) -> tuple[str, str, str, int]:
+def _order(row: _Row) -> tuple[str, str, str, int]:
     # The day the log was written first: "moved to Lisbon in 2024" written today is
     # newer knowledge than "lives in Berlin" written last year.
     return (row.day or row.start_day or "", row.start_day or "", row.path, row.line)
@@ -188,9 +212,26 @@ def _group(store: _core.Store, name: str) -> list[_core.FactRow]:
     return [r for r in rows if any(frozenset(_terms(e, query=False)) == want for e in r.entities)]
 
 
-def _marks(rows: Sequence[_core.FactRow]) -> dict[str, str]:
+def supersessions(facts: Iterable[Fact]) -> dict[str, str]:
+    """fact id -> the id of the newer fact superseding it, for parsed bullets (what
+    the index marks, computed without it: the reflect job's entity pages use it)."""
+    groups: dict[frozenset[str], list[_Row]] = {}
+    for f in facts:
+        for e in f.entities:
+            key = frozenset(_terms(e, query=False))
+            if key:
+                groups.setdefault(key, []).append(_Row.of(f))
+    marks: dict[str, str] = {}
+    for rows in groups.values():
+        for fid, by in _marks(rows).items():
+            marks.setdefault(fid, by)
+    return marks
+
+
+def _marks(facts: Sequence[_core.FactRow | _Row]) -> dict[str, str]:
     """fact id -> the id of the newer fact superseding it, within one entity."""
-    by_attr: dict[str, list[_core.FactRow]] = {}
+    rows = [f if isinstance(f, _Row) else _Row.of(f) for f in facts]
+    by_attr: dict[str, list[_Row]] = {}
     for r in sorted(rows, key=_order):
         attr = attribute_of(r.content, r.attribute)
         if attr is not None:
