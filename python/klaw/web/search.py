@@ -19,13 +19,17 @@
   `search_result[]` of {title, link, content, media, publish_date}.
 
 Searches go to the provider the owner configured (not through web_fetch's address
-check: a SearXNG on the same machine is the usual case). Snippets are plain text:
-SearXNG and Brave mark matches with HTML tags, which are removed.
+check: a SearXNG on the same machine is the usual case). An answer is read up to
+MAX_ANSWER bytes (a provider or a proxy sending without end costs no more memory).
+Snippets are plain text: SearXNG and Brave mark matches with HTML tags, which are
+removed, as are control and bidi characters (a terminal escape, a reversed line); a
+hit whose URL is not a plain http(s) URL of at most MAX_URL characters is dropped.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,7 +57,12 @@ KEY_VARIABLES = {
     "zhipu": "GLM_API_KEY",  # the key of Klaw's glm provider serves
 }
 MAX_SNIPPET = 400
+MAX_URL = 2000
+#: A search answer is a few kB to ~100 kB (50 hits with summaries): 4 MB is damage.
+MAX_ANSWER = 4 * 1024 * 1024
 _TAGS = re.compile(r"<[^>]{0,200}>")
+#: C0/C1 controls (a terminal's escape), bidi overrides and isolates.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 class SearchError(KlawError):
@@ -91,14 +100,14 @@ def why_off(cfg: WebSearchConfig) -> str | None:
 def _plain(value: Any, limit: int = MAX_SNIPPET) -> str:
     if not isinstance(value, str):
         return ""
-    text = " ".join(html.unescape(_TAGS.sub("", value)).split())
+    text = " ".join(_CONTROLS.sub(" ", html.unescape(_TAGS.sub("", value))).split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _date(value: Any) -> str | None:
     if not isinstance(value, str):
         return None
-    return value.strip()[:40] or None
+    return " ".join(_CONTROLS.sub(" ", value).split())[:40] or None
 
 
 def _list(data: Any, *path: str) -> list[dict[str, Any]]:
@@ -108,7 +117,13 @@ def _list(data: Any, *path: str) -> list[dict[str, Any]]:
 
 
 def _result(title: Any, url: Any, snippet: Any, date: Any) -> SearchResult | None:
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+    if (
+        not isinstance(url, str)
+        or not url.startswith(("http://", "https://"))
+        or len(url) > MAX_URL
+        or any(c.isspace() for c in url)
+        or _CONTROLS.search(url)
+    ):
         return None
     return SearchResult(_plain(title, 200) or url, url, _plain(snippet), _date(date))
 
@@ -128,34 +143,48 @@ class Searcher:
         await self._http.aclose()
 
     async def search(self, query: str, count: int) -> list[SearchResult]:
+        http = self._http.get()
         try:
-            response = await self._request(query, count)
+            response = await http.send(self._request(http, query, count), stream=True)
+            try:
+                if response.status_code != 200:
+                    raise SearchError(self._status_message(response))
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER:
+                        raise SearchError(
+                            f"{self.provider} answered with over {MAX_ANSWER >> 20} MB: "
+                            "not a search result (is web.search.endpoint right?)"
+                        )
+            finally:
+                await response.aclose()
         except httpx.TimeoutException:
             raise SearchError(f"{self.provider} did not answer in time") from None
         except httpx.HTTPError as exc:
             raise SearchError(
                 f"{self.provider} could not be reached ({type(exc).__name__})"
             ) from None
-        if response.status_code != 200:
-            raise SearchError(self._status_message(response))
         try:
-            data = response.json()
+            data = json.loads(body)
         except ValueError:
             raise SearchError(f"{self.provider} answered with something that is not JSON") from None
         results = [r for r in self._parse(data) if r is not None]
         unique = {r.url: r for r in reversed(results)}  # the first of each URL
         return [r for r in results if unique[r.url] is r][:count]
 
-    async def _request(self, query: str, count: int) -> httpx.Response:
+    def _request(self, http: httpx.AsyncClient, query: str, count: int) -> httpx.Request:
         key = self.cfg.api_key or ""
-        http = self._http.get()
         if self.provider == "searxng":
             url = self.endpoint.rstrip("/")
             url = url if url.endswith("/search") else url + "/search"
             params = {"q": query, "format": "json", "safesearch": "1"}
-            return await http.get(url, params=params, headers={"Accept": "application/json"})
+            return http.build_request(
+                "GET", url, params=params, headers={"Accept": "application/json"}
+            )
         if self.provider == "brave":
-            return await http.get(
+            return http.build_request(
+                "GET",
                 self.endpoint,
                 params={"q": query, "count": min(count, 20)},
                 headers={"Accept": "application/json", "X-Subscription-Token": key},
@@ -168,16 +197,18 @@ class Searcher:
                 "topic": "general",
                 "include_answer": False,
             }
-            return await http.post(
-                self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"}
+            return http.build_request(
+                "POST", self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"}
             )
         if self.provider == "zhipu":
             body = {"search_query": query, "search_engine": "search_std", "count": min(count, 50)}
-            return await http.post(
-                self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"}
+            return http.build_request(
+                "POST", self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"}
             )
         body = {"query": query, "count": min(count, 50), "freshness": "noLimit", "summary": False}
-        return await http.post(self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"})
+        return http.build_request(
+            "POST", self.endpoint, json=body, headers={"Authorization": f"Bearer {key}"}
+        )
 
     def _parse(self, data: Any) -> list[SearchResult | None]:
         if self.provider == "searxng":
