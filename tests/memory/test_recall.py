@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 from klaw.config import EngineConfig
 from klaw.config.engine import AutoRecallConfig
@@ -75,17 +72,6 @@ def test_nothing_named_nothing_injected(tmp_path: Path) -> None:
     recall = _recall(tmp_path)
     for message in ("hello", "what time is it?", "annals of history", ""):
         assert recall.for_messages([message]).text == "", message
-
-
-def test_an_empty_memory_costs_microseconds(tmp_path: Path) -> None:
-    recall = _recall(tmp_path)
-    recall.for_messages(["warm up"])
-    n = 2000
-    t0 = time.perf_counter()
-    for _ in range(n):
-        recall.for_messages(["How is Anna doing these days?"])
-    per_call = (time.perf_counter() - t0) / n
-    assert per_call < 0.001  # generous: it is a few microseconds
 
 
 def test_the_budget_holds(tmp_path: Path) -> None:
@@ -181,9 +167,8 @@ async def test_the_turn_gets_the_block_and_its_record_names_it(
         await router.aclose()
 
 
-@pytest.mark.parametrize("group", [True])
 async def test_groups_get_no_recall(
-    tmp_path: Path, klaw_home: KlawPaths, memory: Memory, llm: FakeLLM, group: bool
+    tmp_path: Path, klaw_home: KlawPaths, memory: Memory, llm: FakeLLM
 ) -> None:
     from klaw.wire.protocol import InboundMeta
 
@@ -203,7 +188,7 @@ async def test_groups_get_no_recall(
             chat_id="telegram_-100",
             ts=datetime.now(UTC),
             content="Anna is here",
-            meta=InboundMeta(group=group, sender="x"),
+            meta=InboundMeta(group=True, sender="x"),
         )
         await asyncio.wait_for(pipeline.handle(msg, reply), T)
         assert "Recalled From Memory" not in str(llm.requests[-1]["messages"][0]["content"])
