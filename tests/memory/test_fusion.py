@@ -12,6 +12,8 @@ import math
 import pytest
 
 from klaw import _core
+from klaw.config import SearchConfig
+from klaw.memory.models.registry import DEFAULT_MODEL, model_spec
 
 DIM = 384
 
@@ -86,3 +88,40 @@ def test_the_fusion_name_is_checked() -> None:
     assert _core.SearchParams(fusion="peaked").fusion == "peaked"
     with pytest.raises(Exception, match="peaked, convex or rrf"):
         _core.SearchParams(fusion="borda")
+
+
+def shipped(**kw: object) -> _core.SearchParams:
+    """What memory_search runs with engine.yaml's defaults and the default model."""
+    s, spec = SearchConfig(), model_spec(DEFAULT_MODEL)
+    return _core.SearchParams(
+        top_k=5,
+        fusion=s.fusion,
+        vector_weight=spec.vector_weight,
+        keyword_weight=spec.keyword_weight,
+        keyword_pivot=spec.keyword_pivot,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_the_shipped_fusion_lets_the_keyword_list_decide_up_to_eight_terms(
+    store: _core.Store,
+) -> None:
+    fill(
+        store,
+        [
+            ("boiler service booked", 0.90),
+            ("the boiler engineer Kowalski fixed the boiler pressure valve", 0.50),
+            ("groceries for the week", 0.30),
+            ("a walk by the river", 0.52),
+        ],
+    )
+    short = "boiler Kowalski"
+    before = _core.SearchParams(top_k=5, vector_weight=0.7, keyword_weight=0.3, keyword_pivot=4)
+    # 0.7 / 0.3 kept the vector list's best first; 0.5 / 0.5 lets the chunk that holds
+    # both words win (its cosine is mid-list).
+    assert store.search(QUERY, short, before)[0].id == 1
+    assert store.search(QUERY, short, shipped())[0].id == 2
+    # Past 8 distinct terms, keyword weight moves to the vectors (wk·8/terms stays).
+    long = "when did the boiler engineer Kowalski come round and what did he say about it"
+    assert len(set(_core.analyze(long, query=True))) > 8
+    assert store.search(QUERY, long, shipped())[0].id == 1

@@ -175,17 +175,19 @@ class ChunkingConfig(Section):
 class SearchConfig(Section):
     top_k: PositiveInt = 10
     candidates: PositiveInt = 20
-    # convex: weighted sum of min-max normalised scores; rrf: reciprocal rank fusion.
-    fusion: Literal["convex", "rrf"] = "convex"
+    # convex: weighted sum of min-max normalised scores; peaked: the same with each weight
+    # scaled by how peaked its list is for the query; rrf: reciprocal rank fusion.
+    fusion: Literal["convex", "peaked", "rrf"] = "convex"
     rrf_k: PositiveInt = 60
-    # None: the weights measured for the embedding model (e5 0.7/0.3, MiniLM 0.4/0.6).
+    # None: the weights chosen for the embedding model (USE 0.5/0.5, e5 0.7/0.3, MiniLM
+    # 0.4/0.6; docs/memory-eval.md).
     vector_weight: Annotated[float, Field(ge=0)] | None = None
     keyword_weight: Annotated[float, Field(ge=0)] | None = None
     # Bonus for the newest candidate (0..this by date): updated facts' new values first
     # (archival memory; past conversations are searched without it).
     recency: Annotated[float, Field(ge=0, le=1)] = 0.2
     # A query of more terms than this gives part of its keyword weight to the vectors;
-    # None: the model's (4; MiniLM, English-only, 0 = off).
+    # None: the model's (USE 8, e5 4; MiniLM, English-only, 0 = off).
     keyword_pivot: NonNegativeInt | None = None
 
 

@@ -93,8 +93,9 @@ class ModelSpec:
     passage_prefix: str = ""
     install_hint: str = INSTALL_HINT
     dim: int = 384
-    # Fusion weights measured best for this model (docs/memory-eval.md): MiniLM's
-    # vectors are English-only, so its keyword leg must count for more.
+    # Fusion weights for this model (docs/memory-eval.md): USE's were chosen by
+    # leave-one-set-out on five dev sets; MiniLM's vectors are English-only, so its
+    # keyword leg must count for more.
     vector_weight: float = 0.7
     keyword_weight: float = 0.3
     keyword_pivot: int = 4  # long queries shift keyword weight to vectors (0: never)
@@ -112,7 +113,7 @@ MODELS = {
     ),
     E5_SMALL: ModelSpec(E5_SMALL, 512, "query: ", "passage: ", install_hint=E5_HINT),
     # No position limit (n-gram convolutions + pooling); 512 bounds one run's memory.
-    USE_M: ModelSpec(USE_M, 512, dim=512),
+    USE_M: ModelSpec(USE_M, 512, dim=512, vector_weight=0.5, keyword_weight=0.5, keyword_pivot=8),
 }
 
 
