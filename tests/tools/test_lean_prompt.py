@@ -162,3 +162,18 @@ def test_tools_eager_in_engine_yaml(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_engine_config(path)
     assert any("tools.eager" in p for p in exc.value.problems)
+
+
+def test_the_engine_names_a_wrong_tools_eager_entry_at_start(
+    memory: Memory, klaw_home: KlawPaths, caplog: pytest.LogCaptureFixture
+) -> None:
+    from klaw.engine.pipeline import Pipeline
+    from klaw.llm.router import Router
+
+    klaw_home.engine_config.parent.mkdir(parents=True, exist_ok=True)
+    klaw_home.engine_config.write_text("tools:\n  eager: [memory_search, file_reed]\n")
+    config = load_engine_config(klaw_home.engine_config)
+    with caplog.at_level("WARNING", logger="klaw.engine"):
+        Pipeline(config, klaw_home, memory, Router(config))
+    (line,) = [r.getMessage() for r in caplog.records if "tools.eager" in r.getMessage()]
+    assert "'file_reed' is not a built-in tool" in line and "file_read" in line

@@ -75,18 +75,16 @@ def fold(registry: ToolRegistry, eager: Collection[str], chat_id: str) -> ToolRe
         return registry
     keep = set(eager) | ALWAYS_EAGER
     folded: dict[str, list[Tool]] = {}
-    sent: list[str] = []
+    sent: list[Tool] = []
     for tool in _own(registry):
         group = _GROUP_OF.get(tool.name)
         if group is None or tool.name in keep:
-            sent.append(tool.name)
+            sent.append(tool)
         else:
             folded.setdefault(group, []).append(tool)
     if not folded:
         return registry
-    out = ToolRegistry(
-        [t for t in _own(registry) if t.name in sent], max_result_chars=registry.max_result_chars
-    )
+    out = ToolRegistry(sent, max_result_chars=registry.max_result_chars)
     groups = [BuiltinGroup(name, folded[name]) for name in GROUPS if name in folded]
     base = registry.disclosure or Disclosure(chat_id, [])
     out.attach(base.with_groups(groups))
