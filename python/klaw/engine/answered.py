@@ -287,11 +287,15 @@ def _append(target: Path, text: str) -> None:
     together); not durable until `AnsweredMarks.sync`."""
     fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        view = memoryview(text.encode("utf-8"))
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, text)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, text: str) -> None:
+    view = memoryview(text.encode("utf-8"))
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _replace(target: Path, text: str) -> None:
@@ -301,9 +305,7 @@ def _replace(target: Path, text: str) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
-            view = memoryview(text.encode("utf-8"))
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, text)
         finally:
             os.close(fd)
         os.replace(tmp, target)
