@@ -343,26 +343,33 @@ class Index:
         self.store = _core.Store(str(tmp / "klaw.db"), dim=backend.dim, threads=1)
 
     def add(self, docs: Sequence[Doc], size: int = 400, overlap: int = 80) -> None:
-        for d in docs:
+        # Consecutive documents of one source and time (a session's rounds) go in one
+        # write: the same chunks in the same order, a fraction of the commits.
+        batch: list[tuple[str, int | None, int | None, str | None]] = []
+        for n, d in enumerate(docs):
             if d.chunked:
-                pieces = [
+                batch += [
                     (c.text, c.start_line, c.end_line, " > ".join(c.heading_path) or None)
                     for c in _core.chunk_markdown(d.text, size, overlap)
                 ]
             else:
-                pieces = [(d.text, None, None, None)]
-            if not pieces:
+                batch.append((d.text, None, None, None))
+            nxt = docs[n + 1] if n + 1 < len(docs) else None
+            if nxt is not None and (nxt.source, nxt.created_at) == (d.source, d.created_at):
                 continue
-            texts = [p[0] for p in pieces]
-            vecs, _ = self.backend.embed_cached(self.cache, texts)
-            hashes = _core.text_hashes(texts)
-            chunks = [
-                _core.NewChunk(
-                    content=t, chunk_hash=h, start_line=start, end_line=end, heading=heading
-                )
-                for (t, start, end, heading), h in zip(pieces, hashes, strict=True)
-            ]
-            self.store.add_chunks(d.source, None, d.created_at, chunks, vecs)
+            if batch:
+                self._write(d, batch)
+            batch = []
+
+    def _write(self, d: Doc, pieces: list[tuple[str, int | None, int | None, str | None]]) -> None:
+        texts = [p[0] for p in pieces]
+        vecs, _ = self.backend.embed_cached(self.cache, texts)
+        hashes = _core.text_hashes(texts)
+        chunks = [
+            _core.NewChunk(content=t, chunk_hash=h, start_line=start, end_line=end, heading=heading)
+            for (t, start, end, heading), h in zip(pieces, hashes, strict=True)
+        ]
+        self.store.add_chunks(d.source, None, d.created_at, chunks, vecs)
 
     def close(self) -> None:
         self.store.close()
