@@ -36,10 +36,10 @@ def user_texts(request: dict[str, Any]) -> list[str]:
 
 
 async def jobs() -> list[str]:
-    """The jobs listed, besides the built-in nightly `summaries`."""
+    """The jobs listed, besides the built-in nightly `summaries` and `reflect`."""
     rc, out, err = await klaw("schedule", "list", "--json")
     assert rc == 0, err
-    return [j["name"] for j in json.loads(out)["jobs"] if j["name"] != "summaries"]
+    return [j["name"] for j in json.loads(out)["jobs"] if j["name"] not in ("summaries", "reflect")]
 
 
 async def test_heartbeat_follows_the_file_stays_quiet_when_silent_and_speaks_when_not(
