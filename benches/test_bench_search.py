@@ -52,6 +52,51 @@ def test_hybrid_rrf_wave1(benchmark: Any, klaw_store: Any, backend: Any) -> None
     assert len(benchmark(run)) == 10
 
 
+def _fusions() -> dict[str, dict[str, Any]]:
+    """The fusion before issue 25 item 8, the one that ships (engine.yaml's defaults
+    with the default model's weights) and the score-aware option on those weights."""
+    from klaw.config import SearchConfig
+    from klaw.memory.models.registry import DEFAULT_MODEL, model_spec
+
+    spec, s = model_spec(DEFAULT_MODEL), SearchConfig()
+    return {
+        "before": {
+            "fusion": "convex",
+            "vector_weight": 0.7,
+            "keyword_weight": 0.3,
+            "keyword_pivot": 4,
+        },
+        "shipped": {
+            "fusion": s.fusion,
+            "vector_weight": spec.vector_weight,
+            "keyword_weight": spec.keyword_weight,
+            "keyword_pivot": spec.keyword_pivot,
+        },
+        "peaked": {
+            "fusion": "peaked",
+            "vector_weight": spec.vector_weight,
+            "keyword_weight": spec.keyword_weight,
+            "keyword_pivot": spec.keyword_pivot,
+        },
+    }
+
+
+@pytest.mark.benchmark(group="fusion-100k")
+@pytest.mark.parametrize("fusion", ["before", "shipped", "peaked"])
+def test_fusion_klaw(benchmark: Any, klaw_store: Any, backend: Any, fusion: str) -> None:
+    """Store.search with the queries embedded beforehand (what the fusion itself adds to
+    the two legs): the fusion before issue 25 beside the one that ships and the
+    score-aware option, recency 0.2."""
+    qs = itertools.cycle([(q, backend.embed_query(q)) for q in QUERIES])
+    params = _core.SearchParams(top_k=10, candidates=20, recency=0.2, **_fusions()[fusion])
+
+    def run() -> Any:
+        q, v = next(qs)
+        return klaw_store.search(v, q, params)
+
+    assert len(benchmark(run)) == 10
+
+
 @pytest.mark.benchmark(group="query-embed")
 def test_query_embed_klaw(benchmark: Any, backend: Any) -> None:
     """The query embedding alone: the part of a hybrid search the model costs."""
