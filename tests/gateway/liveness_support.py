@@ -15,7 +15,7 @@ from fake_discord import FakeDiscord
 from fake_telegram import TOKEN as TELEGRAM_TOKEN
 from fake_telegram import FakeTelegram
 
-from engine_harness import OWNER, _daemon
+from engine_harness import OWNER, _daemon, until
 from klaw.cli.app import app
 from klaw.cli.testing import CliRunner
 from klaw.config import GatewayConfig
@@ -95,9 +95,14 @@ def discord_channel(
 async def gateway(
     paths: KlawPaths, cfg: GatewayConfig, channels: list[Any], dc: FakeDiscord | None = None
 ) -> AsyncIterator[Gateway]:
-    """The real gateway with `channels`, once started (and connected to `dc`)."""
+    """The real gateway with `channels`, once started and, with `dc`, once discord.py has
+    READY (the fake's side being ready is not enough: a test that cuts the connection
+    before READY arrived would see a new session instead of a resumed one)."""
     run = partial(run_gateway, paths, cfg, channels=channels, timings=TIMINGS)
     async with _daemon("gateway", run, lambda: dc is None or dc.connected) as gw:
+        for ch in channels:
+            if isinstance(ch, DiscordChannel):
+                await until(ch._client.is_ready)
         yield gw
 
 

@@ -49,7 +49,7 @@ async def test_unacknowledged_heartbeats_resume_and_the_owner_is_told_once(
     dc.heartbeat_ms = 200
     tg.add_chat(OWNER)  # the owner once wrote to the bot: Telegram lets it answer
     dm = dc.dm()
-    cfg = gateway_yaml(tg, dc, dm=dm, discord_stale=2)
+    cfg = gateway_yaml(tg, dc, dm=dm, discord_stale=3)
     tele = telegram_channel(klaw_home, cfg)
     llm.answer("Here.")
     caplog.set_level(logging.INFO, "klaw")

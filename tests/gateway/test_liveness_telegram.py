@@ -102,7 +102,7 @@ async def test_garbage_makes_the_channel_stale_and_nothing_is_lost(
     kind: str,
 ) -> None:
     tg = fake_telegram
-    cfg = gateway_yaml(tg, None, telegram_stale=1)
+    cfg = gateway_yaml(tg, None, telegram_stale=3)  # 1 s polls: 2 s to spare
     caplog.set_level(logging.INFO, "klaw")
     async with gateway(klaw_home, cfg, [telegram_channel(klaw_home, cfg)]) as gw:
         await tg.wait_calls("getUpdates", 1, T)
