@@ -216,7 +216,8 @@ async def _main_chat_request(root: Path) -> dict[str, Any]:
     llm = FakeLLM()
     await llm.start()
     try:
-        async with _engine(root, llm) as server:
+        # wave 2's main chat: every tool's schema in every request
+        async with _engine(root, llm, "tools:\n  eager: ['*']\n") as server:
             pipeline = server.handler
             sent: list[Any] = []
 
