@@ -105,14 +105,15 @@ $(KLAW_OPENCLAW_TEMPLATES)/.ok: | $(VENV)/.deps
 test-py: $(KLAW_TEST_CACHE_DIR)/.model $(KLAW_OPENCLAW_TEMPLATES)/.ok sandbox-tools
 	$(PY) -m pytest tests -q
 
-# The time-sensitive suites once more under a shifted clock that every process shares
+# The time-sensitive suites (days, periods, spend) once more under a shifted clock that every process shares
 # (libfaketime, tests/at.sh), far from UTC and near a DST change: 02:00 on New Year's Day
 # at UTC+14 (UTC is still on the previous day and year) and 01:58 in Los Angeles, two
 # minutes before the clocks go forward. A test computing "today" otherwise than the code
 # it checks fails here at any hour. Both runs always run; either failing fails the target.
 # Left out: the chunker's property tests and the 1,203-message batch (a minute of CPU per
 # run, no clock in them).
-ANY_HOUR_SUITES := tests/openclaw tests/scheduler tests/memory tests/engine tests/cli/test_usage_cmds.py \
+ANY_HOUR_SUITES := tests/openclaw tests/scheduler tests/memory tests/engine tests/spend \
+  tests/cli/test_usage_cmds.py tests/cli/test_cost_cmds.py \
   --ignore=tests/memory/test_chunker.py \
   --deselect=tests/memory/test_conversations.py::test_more_messages_than_one_batch
 ANY_HOUR_MOMENTS := Pacific/Kiritimati@2027-01-01T02:00:00 America/Los_Angeles@2027-03-14T01:58:00
