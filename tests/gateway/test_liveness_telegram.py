@@ -138,3 +138,16 @@ async def test_every_second_poll_dropped_loses_nothing(
     dropped = [c for c in tg.calls_of("getUpdates") if c.status == 0]
     assert dropped  # some polls were really dropped
     assert not any("is stale" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_channel_that_stopped_is_reported_with_its_reason(
+    klaw_home: KlawPaths, fake_telegram: FakeTelegram, fake_discord: FakeDiscord
+) -> None:
+    tg, dc = fake_telegram, fake_discord
+    tg.token = "999:not-this-bot"  # Telegram refuses the configured token: the channel stops
+    dm = dc.dm()
+    cfg = gateway_yaml(tg, dc, dm=dm, telegram_stale=1)
+    channels = [telegram_channel(klaw_home, cfg), discord_channel(klaw_home, cfg)]
+    async with gateway(klaw_home, cfg, channels, dc):
+        (notice,) = await dc.wait_sent(dm, 1, T)
+    assert "it stopped: Telegram refused the bot token" in notice.content

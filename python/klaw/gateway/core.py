@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from klaw.gateway.access import Access, Approvals, Pairings
 from klaw.gateway.buffer import Buffer
 from klaw.gateway.channels.base import Channel, ChannelSendError, Incoming, OutFile, Streaming
-from klaw.gateway.liveness import Watch
+from klaw.gateway.liveness import Watch, Watched
 from klaw.gateway.logbook import LogBook
 from klaw.gateway.outfiles import FileRefused, close_files, open_files
 from klaw.gateway.voice import Transcriber
@@ -187,9 +187,11 @@ class Gateway:
             await channel.listen(self.on_message)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             # One broken channel must not take the others down.
             log.exception("channel %s stopped", channel.name)
+            if isinstance(channel, Watched):  # the owner hears of it once it is stale
+                channel.liveness.failed(f"it stopped: {exc}")
 
     def _spawn(self, coro: object, name: str) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro, name=name)  # type: ignore[arg-type]
