@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -256,3 +257,44 @@ def test_variables_in_env_and_headers_are_expanded_or_named(tmp_path: Path) -> N
         ConfigError, match=r"mcpServers\.notes\.headers\.Authorization.*NOTES_TOKEN"
     ):
         load_engine_config(path, {"HOME": str(tmp_path)})
+
+
+def raw_server(*args: str, **keys: Any) -> McpServerConfig:
+    return McpServerConfig(
+        command=sys.executable, args=[str(HERE / "raw_mcp_server.py"), *args], **keys
+    )
+
+
+async def test_a_server_writing_garbage_is_logged_a_few_times_and_its_escapes_never_shown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.DEBUG, "klaw.mcp"):
+        async with running(r=raw_server("garbage", "5000")) as manager:
+            server = manager.servers["r"]
+            assert server.state == "ready", server.error
+            assert await tool(manager, "r", "echo").run({}) == "echoed"
+            stderr = list(server.child.stderr) if server.child else []
+    garbage = [r for r in caplog.records if "not JSON-RPC" in r.getMessage()]
+    assert 1 <= len(garbage) <= 4  # 5,000 lines: a few lines of log, and a count
+    assert all("\x1b" not in r.getMessage() for r in caplog.records)
+    assert stderr and all("\x1b" not in line and "\x07" not in line for line in stderr)
+
+
+async def test_an_answer_nested_too_deep_fails_at_once_saying_why() -> None:
+    async with running(r=raw_server("deep-list")) as manager:
+        server = manager.servers["r"]
+        assert server.state == "failed"
+        assert "could not be read" in (server.error or ""), server.error
+    async with running(r=raw_server("deep-call", timeout_seconds=600)) as manager:
+        registry = ToolRegistry([tool(manager, "r", "echo")])
+        result = await asyncio.wait_for(registry.dispatch("mcp__r__echo", {}), T)
+        assert result.is_error and "could not be read" in result.content
+
+
+async def test_escapes_in_a_tools_name_and_description_never_reach_the_model() -> None:
+    async with running(r=raw_server("ansi")) as manager:
+        (only,) = group(manager, "r").tools()
+        assert only.name == "mcp__r________etc___2Jpasswd_"  # a name, not a path
+        assert "\x1b" not in only.description and "\x07" not in only.description
+        assert only.description.startswith("Echo.") and "Really" in only.description
+        assert await only.run({}) == "echoed"

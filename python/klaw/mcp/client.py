@@ -336,5 +336,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _first_line(text: str, limit: int = 200) -> str:
-    line = " ".join(text.strip().splitlines()[:1]).strip()
+    from klaw.mcp.tools import CONTROLS
+
+    line = " ".join(CONTROLS.sub("", text).strip().splitlines()[:1]).strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"

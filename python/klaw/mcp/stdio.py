@@ -6,6 +6,12 @@ in a process group of its own (a server's own children are stopped with it) and 
 dies with the engine even when the engine is killed (PR_SET_PDEATHSIG: SIGKILL when
 the thread that started it ends). Stopping closes its stdin, then SIGTERMs and SIGKILLs
 the whole group.
+
+What a server writes is data: a stdout line that is not JSON-RPC is logged (the first
+few of a connection, then a count) and, when it carries a request's id (an answer
+nested too deep to read), that request fails at once saying why instead of waiting
+for its timeout; control characters (terminal escapes) are taken out of its stderr
+before it is kept or logged.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import logging
 import os
+import re
 import signal
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -22,7 +30,9 @@ from typing import Any, Final
 
 import anyio
 from mcp.shared.message import SessionMessage
-from mcp.types import jsonrpc_message_adapter
+from mcp.types import INTERNAL_ERROR, ErrorData, JSONRPCError, jsonrpc_message_adapter
+
+from klaw.mcp.tools import CONTROLS
 
 __all__ = ["MAX_MESSAGE_BYTES", "StdioChild", "stdio_streams"]
 
@@ -35,6 +45,9 @@ MAX_MESSAGE_BYTES: Final = 32 * 1024 * 1024
 STOP_GRACE_S: Final = 2.0
 #: Lines of the server's stderr kept to explain a failure.
 STDERR_LINES: Final = 20
+#: Lines that are not JSON-RPC logged per connection (then one line with the count).
+GARBAGE_LOGGED: Final = 3
+_ID: Final = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")')
 
 _PR_SET_PDEATHSIG: Final = 1
 _libc: Any = None
@@ -64,6 +77,7 @@ class StdioChild:
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
         self.stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self.garbage = 0  # stdout lines that were not JSON-RPC
 
     @property
     def pid(self) -> int:
@@ -100,6 +114,29 @@ class StdioChild:
 def _kill_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def _unreadable(
+    child: StdioChild, command: str, line: bytes, exc: ValueError
+) -> SessionMessage | Exception:
+    """What the session gets for a line that is not JSON-RPC: an error answering the
+    request whose id it names (so the request fails now), else the exception."""
+    child.garbage += 1
+    reason = CONTROLS.sub("", str(exc).splitlines()[1] if "\n" in str(exc) else str(exc))
+    reason = reason.strip()[:160]
+    if child.garbage <= GARBAGE_LOGGED:
+        shown = CONTROLS.sub("", line[:80].decode("utf-8", "replace")).strip()
+        log.warning(
+            "MCP server %s wrote a line that is not JSON-RPC (%s): %r", command, reason, shown
+        )
+    elif child.garbage == GARBAGE_LOGGED + 1:
+        log.warning("MCP server %s: more lines that are not JSON-RPC; not logged", command)
+    found = _ID.search(line[:400])
+    if found is None or not line.lstrip().startswith(b"{"):
+        return exc
+    msg_id: int | str = json.loads(found.group(1))
+    error = ErrorData(code=INTERNAL_ERROR, message=f"its answer could not be read: {reason}")
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=msg_id, error=error))
 
 
 @contextlib.asynccontextmanager
@@ -156,8 +193,7 @@ async def stdio_streams(
                         jsonrpc_message_adapter.validate_json(line, by_name=False)
                     )
                 except ValueError as exc:
-                    log.warning("MCP server %s wrote a line that is not JSON-RPC", command)
-                    item = exc
+                    item = _unreadable(child, command, line, exc)
                 try:
                     await read_send.send(item)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -183,7 +219,7 @@ async def stdio_streams(
                 continue  # an endless line: skip it
             if not line:
                 return
-            text = line.decode("utf-8", "replace").rstrip()[:500]
+            text = CONTROLS.sub("", line.decode("utf-8", "replace")).rstrip()[:500]
             if text:
                 child.stderr.append(text)
                 log.debug("MCP server %s: %s", command, text)
