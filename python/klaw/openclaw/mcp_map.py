@@ -8,7 +8,10 @@ such as Authorization) goes into engine.yaml as a `${VAR:-}` to export, never in
 OpenClaw's own `${VAR}` stays one (`${VAR:-}`: while it is unset the server fails to
 start and `klaw doctor` says so, the engine starts anyway).
 Imported servers keep Klaw's defaults: private, their schemas loaded on demand, the
-owner's approval before the first call of a server whose tools write.
+owner's approval before the first call of a server whose tools write. A server whose
+command, arguments, URL or folder hold a control character (a terminal escape that
+would hide the rest of the line in the plan the owner reads, a line break) is left
+out and listed.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ __all__ = ["map_mcp"]
 
 _SECRET = re.compile(r"key|token|secret|password|passwd|auth|cookie|credential", re.I)
 _VAR = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _name(raw: str) -> str | None:
@@ -74,12 +78,12 @@ def map_mcp(
         elif isinstance(conf.get("url"), str):
             if conf.get("transport") == "sse":
                 unmapped.append(
-                    f"MCP server {raw}: the SSE transport (Klaw speaks streamable HTTP; "
+                    f"MCP server {raw!r}: the SSE transport (Klaw speaks streamable HTTP; "
                     "add its /mcp URL by hand if it offers one)"
                 )
                 continue
             if conf.get("auth") == "oauth":
-                unmapped.append(f"MCP server {raw}: OAuth (give a token in `headers` by hand)")
+                unmapped.append(f"MCP server {raw!r}: OAuth (give a token in `headers` by hand)")
                 continue
             entry["url"] = conf["url"]
             headers = conf.get("headers")
@@ -87,9 +91,16 @@ def map_mcp(
             mapped = {k: _value(name, k, v, env_to_set, where) for k, v in headers.items()}
             entry["headers"] = {k: v for k, v in mapped.items() if v is not None}
         else:
-            unmapped.append(f"MCP server {raw}: neither `command` nor `url`")
+            unmapped.append(f"MCP server {raw!r}: neither `command` nor `url`")
+            continue
+        shown = [entry.get("command"), *entry.get("args", []), entry.get("url"), entry.get("cwd")]
+        if any(isinstance(v, str) and _CONTROL.search(v) for v in shown):
+            unmapped.append(
+                f"MCP server {name}: its command, arguments, URL or folder hold a control "
+                "character (a terminal escape or a line break); add it by hand if you trust it"
+            )
             continue
         if name != raw:
-            unmapped.append(f"MCP server {raw}: named {name} in Klaw")
+            unmapped.append(f"MCP server {raw!r}: named {name} in Klaw")
         out[name] = entry
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+import shlex
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,8 +119,9 @@ class ImportPlan:
             p(f"  routing.default {s.default}; fallback {', '.join(s.fallback) or 'none'}")
         for k, v in s.heartbeat.items():
             p(f"  scheduler.heartbeat.{k} {v}")
-        for name, server in s.mcp_servers.items():
-            p(f"  mcpServers.{name}: {server.get('command') or server.get('url')}")
+        for name, server in s.mcp_servers.items():  # what runs, whole: the args too
+            run = [server["command"], *server.get("args", [])] if "command" in server else []
+            p(f"  mcpServers.{name}: {shlex.join(run) if run else server.get('url')}")
         p("gateway:")
         if s.telegram_token:
             p(f"  channels.telegram.token {s.telegram_token}")
