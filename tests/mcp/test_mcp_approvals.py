@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,30 @@ def test_a_damaged_file_approves_nothing(tmp_path: Path, caplog: pytest.LogCaptu
     a = Approvals(path)
     assert a.check(CHAT, "git", "first", "t") is not None
     assert "MCP approvals start empty" in caplog.text
+
+
+def test_a_tampered_file_approves_only_pairs_of_names(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dict's keys or a two-letter string unpacked as (chat, server) approved them; one
+    bad entry dropped every approval, and the next save then wrote over them."""
+    path = tmp_path / "a.json"
+    entries = [[CHAT, "git"], {"telegram_2": 1, "git": 2}, "ab", 5, [CHAT], [CHAT, 7], ["", "x"]]
+    path.write_text(json.dumps({"approved": entries}))
+    a = Approvals(path)
+    assert a.check(CHAT, "git", "first", "t") is None  # the good entry holds
+    assert a.check("telegram_2", "git", "first", "t") is not None
+    assert a.check("a", "b", "first", "t") is not None
+    assert "6 entr(ies) are not a [chat, server] pair" in caplog.text
+
+
+def test_an_unreadable_file_is_kept_aside_not_written_over(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    damaged = '{"approved": [["telegram_1", "git"], ["telegram_1", "cal"]'  # cut short
+    path.write_text(damaged)
+    a = Approvals(path)
+    assert "from now on" in a.approve(CHAT, "time", {"time": "first"}, group=False)
+    assert (tmp_path / "a.json.bad").read_text() == damaged  # the owner can mend it
+    assert json.loads(path.read_text()) == {"approved": [[CHAT, "time"]]}
+    assert "from now on" in a.approve(CHAT, "git", {"git": "first"}, group=False)
+    assert (tmp_path / "a.json.bad").read_text() == damaged  # moved once, not again

@@ -33,25 +33,50 @@ class Approvals:
         self._chats: set[tuple[str, str]] = set()  # (chat, server): `first` approved
         self._once: set[tuple[str, str]] = set()  # (chat, server): one `always` call
         self._pending: dict[str, dict[str, str]] = {}  # chat -> server -> tool asked for
+        self._damaged = False  # the file could not be read: kept aside before a save
         self._load()
 
     def _load(self) -> None:
+        """Only `[chat, server]` pairs of strings count; anything else approves nothing.
+        A file that cannot be read is moved aside (`.bad`) before it is next written."""
         if self.path is None:
             return
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            self._chats = {(str(c), str(s)) for c, s in data.get("approved", [])}
+            entries = data.get("approved") if isinstance(data, dict) else None
+            if not isinstance(entries, list):
+                raise ValueError('no "approved" list')
         except FileNotFoundError:
             return
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError) as exc:
             # Unreadable: nothing counts as approved (the owner is asked again).
-            log.warning("%s cannot be read (%s): MCP approvals start empty", self.path, exc)
+            self._damaged = True
+            log.warning(
+                "%s cannot be read (%s): MCP approvals start empty; the file is kept as "
+                "%s.bad when an approval is next saved",
+                self.path,
+                exc,
+                self.path.name,
+            )
+            return
+        pairs = [e for e in entries if isinstance(e, list) and len(e) == 2]
+        good = {(c, s) for c, s in pairs if isinstance(c, str) and isinstance(s, str) and c and s}
+        self._chats = good
+        if len(good) < len(entries):
+            log.warning(
+                "%s: %d entr(ies) are not a [chat, server] pair of names: they approve nothing",
+                self.path,
+                len(entries) - len(good),
+            )
 
     def _save(self) -> None:
         if self.path is None:
             return
         data = {"approved": sorted([c, s] for c, s in self._chats)}
         try:
+            if self._damaged and self.path.exists():
+                self.path.replace(self.path.with_name(self.path.name + ".bad"))
+            self._damaged = False
             atomic_write(self.path, json.dumps(data, indent=1).encode())
         except OSError as exc:
             log.warning("%s cannot be written (%s): approvals last until restart", self.path, exc)
