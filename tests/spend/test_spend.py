@@ -313,3 +313,30 @@ def test_an_openai_style_usage_below_zero_reads_as_zero() -> None:
     from klaw.llm.types import Usage
 
     assert _usage({"prompt_tokens": -(10**9), "completion_tokens": 5}) == Usage(0, 5, 0)
+
+
+def test_a_clock_stale_at_boot_then_set_right_forgets_no_spend(tmp_path: Path) -> None:
+    """A Pi has no clock: it boots at the time it last saved (yesterday evening) and is
+    set right by NTP later. Today's spend before the restart counts once it is."""
+    cfg = config(daily=0.03, monthly=0.05)
+    clock = Clock(at("2026-03-10T12:00"))
+    before = Spend(cfg, tmp_path, clock=clock)
+    call(before)
+    call(before)  # 0.026 today
+    before.close()
+    clock.now = at("2026-03-09T21:00").timestamp()  # the boot: yesterday's time
+    booted = Spend(cfg, tmp_path, clock=clock)
+    assert booted.spent_today == 0
+    clock.now = at("2026-03-10T12:05").timestamp()  # NTP sets it right
+    call(booted)  # 0.026 < 0.03: admitted, now 0.039
+    assert booted.spent_today == pytest.approx(3 * COST)
+    with pytest.raises(BudgetSpent) as refused:
+        call(booted)
+    assert refused.value.scope == "daily"
+    clock.now = at("2026-03-09T23:59").timestamp()  # set back across midnight
+    call(booted)  # that day had spent nothing
+    assert booted.spent_today == pytest.approx(COST)
+    assert booted.spent_month == pytest.approx(4 * COST)  # 0.052: the month's cap is reached
+    with pytest.raises(BudgetSpent) as monthly:
+        call(booted)
+    assert monthly.value.scope == "monthly"

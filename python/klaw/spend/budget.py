@@ -9,7 +9,9 @@ under a cap may end over it by its own cost; calls running at once each see the
 others' reservations, so together they overshoot by at most one call per LLM slot.
 
 Per call this is arithmetic on in-memory totals (no file is read): the totals are
-rebuilt from the spend log once, at start, so a restart forgets nothing.
+rebuilt from the spend log at start and when the owner's day changes (or the clock is
+set back across midnight), so neither a restart nor a clock that was wrong at boot
+forgets anything.
 """
 
 from __future__ import annotations
@@ -166,8 +168,7 @@ class Spend:
         """Before a call of `model` for `source`: raises `BudgetSpent` at or over a cap,
         else reserves the estimate (tokens in and out) until `settle` or `release`."""
         now = self._clock()
-        if now >= self._period.end:
-            self._roll(now)
+        self._follow(now)
         budget = self.budget
         if budget.daily is not None and self._day + self._reserved >= budget.daily:
             self._refuse("daily", source, budget.daily, self._day, now)
@@ -220,8 +221,7 @@ class Spend:
                 max(cached_in, 0),
             )
         now = self._clock()
-        if now >= self._period.end:
-            self._roll(now)
+        self._follow(now)
         price = self.prices.get(model)
         cost = None if price is None else price.cost(tokens_in, tokens_out, cached_in)
         call = Call(
@@ -262,8 +262,7 @@ class Spend:
     def caps(self) -> list[Cap]:
         """Every configured cap with what was spent against it (`klaw budget`)."""
         now = self._clock()
-        if now >= self._period.end:
-            self._roll(now)
+        self._follow(now)
         p, budget = self._period, self.budget
         out: list[Cap] = []
         if budget.daily is not None:
@@ -362,20 +361,24 @@ class Spend:
         self._day += value
         self._by_source[call.source] = self._by_source.get(call.source, 0.0) + value
 
-    def _roll(self, now: float) -> None:
-        old = self._period
+    def _follow(self, now: float) -> None:
+        """A new day (or the clock set back past midnight): the period's totals are read
+        from the spend log again. A Pi boots without a clock and starts with a stale
+        one: what was spent earlier in the real day or month was never read at start."""
+        p = self._period
+        if p.start <= now < p.end:
+            return
         self._period = _Period(now, self._zone)
-        if self._period.month_key != old.month_key:
-            self._month = 0.0
-        self._day, self._by_source, self.unpriced_today = 0.0, {}, 0
+        self._day, self._month, self._by_source, self.unpriced_today = 0.0, 0.0, {}, 0
+        self._rebuild()
 
     def _rebuild(self) -> None:
-        """The period's spend and notices from the spend log (once, at start)."""
+        """The period's spend and notices from the spend log (at start, at a new day)."""
         from klaw.spend.log import SpendRead
 
         p = self._period
         first = datetime.fromtimestamp(p.month_start, UTC).date()
-        last = datetime.fromtimestamp(self._clock(), UTC).date() + timedelta(days=1)
+        last = datetime.fromtimestamp(p.month_end, UTC).date() + timedelta(days=1)
         found = SpendRead()
         for entry in read_spend(self.folder, first, last, found):
             ts = entry.at.timestamp()
