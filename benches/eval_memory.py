@@ -244,7 +244,7 @@ def load_longmemeval(
         rel = tuple(Rel(s) for s in ids)
         stale: tuple[Rel, ...] = ()
         newest: tuple[Rel, ...] = ()
-        if q["type"] == "knowledge-update" and len(rel) > 1:
+        if q["type"] in ("knowledge-update", "update") and len(rel) > 1:
             # All evidence sessions count for the paper's metrics; "newest first" asks
             # whether the latest one (the updated value) outranks the older ones.
             newest = (Rel(q["latest_answer_session_id"]),)
