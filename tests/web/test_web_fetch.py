@@ -290,6 +290,29 @@ async def test_a_slow_drip_ends_at_the_deadline(site: Site) -> None:
     assert res.is_error and "did not finish within 1 s" in res.content, res.content
 
 
+async def test_a_body_shorter_than_its_content_length_says_so() -> None:
+    """A server that promises 100,000 bytes, sends 9 and hangs up: the error says what
+    happened, not only the exception's name."""
+
+    async def lie(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n")
+        writer.write(b"Content-Length: 100000\r\n\r\nonly this")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(lie, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        res = await fetch(registry(allowHosts=[f"127.0.0.1:{port}"]), f"http://127.0.0.1:{port}/")
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert res.is_error and "the connection ended before the whole page arrived" in res.content
+    assert "expected 100000" in res.content, res.content
+
+
 # ----------------------------------------------------------------- the parts
 
 

@@ -285,7 +285,10 @@ class Fetcher:
             ) from None
         except httpx.HTTPError as exc:
             if not body:
-                raise FetchError(f"{url}: {type(exc).__name__} while reading") from None
+                why = str(exc).strip()[:200] or type(exc).__name__
+                raise FetchError(
+                    f"{url}: the connection ended before the whole page arrived ({why})"
+                ) from None
             truncated = True  # a connection dropped mid-body: what arrived is kept
         return Fetched(
             url=url,
