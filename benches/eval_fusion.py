@@ -13,11 +13,13 @@ Run: python benches/eval_fusion.py [--models use-multilingual-v3] [--sets ...] [
    the worst set's margin hit@5 - best leg's hit@5, then mean hit@5, then mean MRR) and
    reported on the set left out. The point chosen on all sets is what ships.
 
-Families: convex min-max (vector weight a, keyword pivot p: what shipped until now),
-weighted RRF (k, vector weight), and `peaked` (score-aware): each leg's weight is its
-prior times how peaked its min-max scores are for this query (1 - the mean of the
-normalised scores of the leg's top n after the first: a leg whose best candidate stands
-alone says more than a flat one), then convex as before.
+Families: convex min-max (vector weight a, keyword pivot p: what ships, with other
+weights before 2026-11-27), weighted RRF (k, vector weight), `peaked` (score-aware: each
+leg's weight is its prior times how peaked its min-max scores are for this query, 1 -
+the mean of the normalised scores of the leg's top n after the first, so a leg whose
+best candidate stands alone says more than a flat one), convex over z-scores, a gate
+(keyword-heavy weights when the keyword list is peaked) and keyword first with vector
+rescue. The candidate lists are cached; --redump rebuilds them after a data change.
 """
 
 from __future__ import annotations
