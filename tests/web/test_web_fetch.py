@@ -290,6 +290,12 @@ async def test_a_slow_drip_ends_at_the_deadline(site: Site) -> None:
     assert res.is_error and "did not finish within 1 s" in res.content, res.content
 
 
+async def test_json_nested_too_deep_is_shown_as_sent(site: Site) -> None:
+    res = await fetch(allowing(site, maxTokens=100), f"{site.url}/deep.json")
+    assert not res.is_error, res.content
+    assert "[the JSON did not parse; shown as sent]" in res.content and "[[[[" in res.content
+
+
 async def test_a_body_shorter_than_its_content_length_says_so() -> None:
     """A server that promises 100,000 bytes, sends 9 and hangs up: the error says what
     happened, not only the exception's name."""

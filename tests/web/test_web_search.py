@@ -203,6 +203,7 @@ class Hostile:
         app = web.Application()
         app.router.add_get("/endless/search", self._endless)
         app.router.add_get("/dirty/search", self._dirty)
+        app.router.add_get("/deep/search", self._deep)
         self.runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -233,6 +234,9 @@ class Hostile:
             {"url": "https://ok.example/3", "title": "t", "publishedDate": "2026\n\x1b[31m"},
         ]
         return web.json_response({"results": hits})
+
+    async def _deep(self, request: web.Request) -> web.Response:
+        return web.Response(text="[" * 100_000, content_type="application/json")
 
     async def close(self) -> None:
         if self.runner is not None:
@@ -267,3 +271,13 @@ async def test_hits_are_plain_text_with_plain_urls() -> None:
         assert "https://ok.example/3" in res.content and "2026 [31m" in res.content
     finally:
         await server.close()
+
+
+async def test_an_answer_nested_too_deep_is_not_json_not_a_crash() -> None:
+    server = Hostile()
+    await server.start()
+    try:
+        res = await search(registry(provider="searxng", endpoint=f"{server.url}/deep"), query="x")
+    finally:
+        await server.close()
+    assert res.is_error and "not JSON" in res.content, res.content

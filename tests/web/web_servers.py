@@ -144,6 +144,10 @@ class Site(_Server):
         r.add_get("/long", self._long)
         r.add_get("/huge", _answer(lambda: _html(_HUGE)))
         r.add_get("/injected", _answer(lambda: _html(INJECTED)))
+        r.add_get(
+            "/deep.json",
+            _answer(lambda: web.Response(text="[" * 100_000, content_type="application/json")),
+        )
 
     async def _big(self, request: web.Request) -> web.StreamResponse:
         """50 MB of text, written as the client reads."""

@@ -222,7 +222,7 @@ def extract(page: Fetched, max_chars: int = 200_000) -> Extracted:
     if media == "application/json" or media.endswith("+json"):
         try:
             text = json.dumps(json.loads(text), indent=1, ensure_ascii=False)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested thousands deep
             notes.append("[the JSON did not parse; shown as sent]")
         return Extracted(text, "", "json", notes)
     return Extracted(text, "", "text", notes)

@@ -167,7 +167,7 @@ class Searcher:
             ) from None
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested thousands deep
             raise SearchError(f"{self.provider} answered with something that is not JSON") from None
         results = [r for r in self._parse(data) if r is not None]
         unique = {r.url: r for r in reversed(results)}  # the first of each URL
