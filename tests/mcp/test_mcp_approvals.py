@@ -68,6 +68,12 @@ def test_a_tampered_file_approves_only_pairs_of_names(
     assert "6 entr(ies) are not a [chat, server] pair" in caplog.text
 
 
+def test_json_nested_too_deep_approves_nothing_and_starts(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text('{"approved": ' + "[" * 100_000)  # RecursionError, not ValueError
+    assert Approvals(path).check(CHAT, "git", "first", "t") is not None
+
+
 def test_an_unreadable_file_is_kept_aside_not_written_over(tmp_path: Path) -> None:
     path = tmp_path / "a.json"
     damaged = '{"approved": [["telegram_1", "git"], ["telegram_1", "cal"]'  # cut short

@@ -210,11 +210,12 @@ def test_damaged_spend_lines_are_skipped_and_counted(tmp_path: Path) -> None:
         fh.write(b"not json\n")
         fh.write(b'{"ts": "' + b"x" * (MAX_LINE * 3) + b'"}\n')  # one endless line
         fh.write(b'{"ts": "2026-03-10T13:00:00Z", "told": "monthly", "period": "2026-03"}\n')
+        fh.write(b"[" * 60_000 + b"\n")  # nested too deep for json: RecursionError
         fh.write(b'{"ts": "2026-03-10T12:00:00Z", "source": "x", "model": "m"')  # torn
     found = SpendRead()
     entries = list(read_spend(tmp_path, date(2026, 3, 9), date(2026, 3, 11), found))
     assert [type(e) for e in entries] == [Call, Told, Told]
-    assert len(found.skipped) == 4 and found.files == 1
+    assert len(found.skipped) == 5 and found.files == 1
     assert "2026-03-10.jsonl:3" in found.skipped[0]
     assert found.skipped[2].startswith("2026-03-10.jsonl:5: line over")
 

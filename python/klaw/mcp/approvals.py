@@ -48,7 +48,7 @@ class Approvals:
                 raise ValueError('no "approved" list')
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             # Unreadable: nothing counts as approved (the owner is asked again).
             self._damaged = True
             log.warning(

@@ -176,5 +176,6 @@ def read_spend(
                     if not raw.endswith(b"\n"):
                         raise ValueError("torn last line")
                     yield _parse(json.loads(raw))
-                except (ValueError, KeyError, TypeError) as exc:
-                    found.skipped.append(f"{path.name}:{n}: {str(exc)[:80]}")
+                except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                    # RecursionError: JSON nested thousands deep; it stopped the engine's start
+                    found.skipped.append(f"{path.name}:{n}: {str(exc)[:80] or type(exc).__name__}")
