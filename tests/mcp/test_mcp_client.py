@@ -298,3 +298,37 @@ async def test_escapes_in_a_tools_name_and_description_never_reach_the_model() -
         assert "\x1b" not in only.description and "\x07" not in only.description
         assert only.description.startswith("Echo.") and "Really" in only.description
         assert await only.run({}) == "echoed"
+
+
+async def test_an_http_server_answering_without_end_is_cut_at_32_mb() -> None:
+    """The SDK reads an HTTP answer whole: 400 MB took 1.4 GB before this limit."""
+    from aiohttp import web
+
+    sent = 0
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        nonlocal sent
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"jsonrpc": "2.0", "id": 0, "result": {"x": "')
+        with contextlib.suppress(ConnectionError):
+            while sent < 400 * 1024 * 1024:
+                await response.write(b"a" * 1024 * 1024)
+                sent += 1024 * 1024
+        return response
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", endless)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/mcp"
+    try:
+        async with running(h=McpServerConfig(url=url)) as manager:
+            server = manager.servers["h"]
+            assert server.state == "failed"
+            assert "sent an answer over 32 MB" in (server.error or ""), server.error
+    finally:
+        await runner.cleanup()
+    assert sent < 400 * 1024 * 1024

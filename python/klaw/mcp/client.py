@@ -266,10 +266,11 @@ class McpServer:
                 yield streams
             return
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        from klaw.mcp.http import capped_client
 
         assert config.url is not None
-        async with create_mcp_http_client(headers=dict(config.headers)) as http:
+        async with capped_client(dict(config.headers)) as http:
             async with streamable_http_client(config.url, http_client=http) as streams:
                 yield streams
 
