@@ -295,7 +295,8 @@ def test_an_infinite_price_is_an_error_naming_the_key(tmp_path: Path) -> None:
     from klaw.errors import ConfigError
 
     path = tmp_path / "engine.yaml"
-    for key, value in (("input", ".inf"), ("output", "1e999"), ("cachedInput", ".nan")):
+    cases = (("input", ".inf"), ("output", "1e999"), ("cachedInput", ".nan"), ("input", "1e308"))
+    for key, value in cases:
         price = {"input": "1", "output": "1", "cachedInput": "1"} | {key: value}
         fields = ", ".join(f"{k}: {v}" for k, v in price.items())
         path.write_text(f"models:\n  fake/m:\n    price: {{{fields}, currency: USD}}\n")

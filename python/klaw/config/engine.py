@@ -101,15 +101,17 @@ class ProviderConfig(Section):
 
 #: A price, cap or rate: `.inf` is refused (inf × 0 tokens is NaN, which no cap stops).
 Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: Per million tokens: the dearest models cost ~100; 1e308 × tokens overflowed to inf.
+PerMillion = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
 
 
 class PriceConfig(Section):
     """A model's list price per million tokens (docs/costs.md); `cachedInput` is the
     price of input tokens read from the provider's cache (unset: the input price)."""
 
-    input: Amount
-    output: Amount
-    cached_input: Amount | None = None
+    input: PerMillion
+    output: PerMillion
+    cached_input: PerMillion | None = None
     currency: Literal["CNY", "USD"]
 
 
