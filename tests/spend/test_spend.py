@@ -270,6 +270,20 @@ def test_usage_reported_below_zero_is_no_credit(tmp_path: Path) -> None:
     assert found.skipped == []  # what was logged reads back
 
 
+def test_absurd_usage_is_counted_at_the_per_call_bound_without_overflow(tmp_path: Path) -> None:
+    from klaw.spend.budget import MAX_CALL_TOKENS
+
+    spend = Spend(config(daily=0.02), tmp_path, clock=Clock(at("2026-03-10T12:00")))
+    ticket = spend.admit("chat:a", "fake/m", 10, 3)
+    made = spend.settle(ticket, "fake/m", 10**400, 3)  # int * float: OverflowError before
+    assert made.tokens_in == MAX_CALL_TOKENS and made.cost == pytest.approx(1e6, rel=1e-6)
+    with pytest.raises(BudgetSpent):
+        call(spend)  # counted, not forgotten: the cap is reached
+    found = SpendRead()
+    assert len(list(read_spend(tmp_path, date(2026, 3, 9), date(2026, 3, 11), found))) == 2
+    assert found.skipped == []
+
+
 def test_a_spend_line_costing_nan_or_infinity_is_skipped_and_the_cap_holds(tmp_path: Path) -> None:
     """NaN compares false with everything: one such line counted would end every cap."""
     path = tmp_path / "2026-03-10.jsonl"

@@ -36,6 +36,8 @@ __all__ = ["BudgetSpent", "Cap", "Spend", "Ticket", "source_for_chat"]
 
 log = logging.getLogger("klaw.spend")
 
+#: Tokens one call can be counted for: 1,000 times the largest context window today.
+MAX_CALL_TOKENS = 10**9
 #: The chats of scheduled jobs and subagents (`klaw.lanes.SUBAGENT_CHAT_PREFIX`).
 _JOB_CHAT = "scheduler_"
 
@@ -205,21 +207,19 @@ class Spend:
         self, ticket: Ticket, model: str, tokens_in: int, tokens_out: int, cached_in: int = 0
     ) -> Call:
         """The call answered (by `model`, maybe a fallback): its cost is counted and logged.
-        Usage reported below zero counts as zero: it must not give the budget money back."""
+        Usage reported below zero counts as zero: it must not give the budget money back;
+        above MAX_CALL_TOKENS as that many (a 400-digit count overflowed the float sum)."""
         self.release(ticket)
-        if min(tokens_in, tokens_out, cached_in) < 0:
+        usage = (tokens_in, tokens_out, cached_in)
+        if min(usage) < 0 or max(usage) > MAX_CALL_TOKENS:
             log.warning(
-                "budget: %s reported negative usage (in %d, out %d, cached %d): counted as 0",
+                "budget: %s reported usage of in %.3g, out %.3g, cached %.3g tokens: counted "
+                "as 0 below zero and %d above it",
                 model,
-                tokens_in,
-                tokens_out,
-                cached_in,
+                *(float(min(max(n, -1e300), 1e300)) for n in usage),
+                MAX_CALL_TOKENS,
             )
-            tokens_in, tokens_out, cached_in = (
-                max(tokens_in, 0),
-                max(tokens_out, 0),
-                max(cached_in, 0),
-            )
+            tokens_in, tokens_out, cached_in = (min(max(n, 0), MAX_CALL_TOKENS) for n in usage)
         now = self._clock()
         self._follow(now)
         price = self.prices.get(model)
