@@ -205,10 +205,16 @@ async def test_probe_ignores_keyless_remote_providers(make_server: MakeServer) -
 
 
 async def test_start_local_if_needed_keeps_a_usable_config(tmp_path: Path) -> None:
+    # A usable provider: the routing stays, the offline model only last in the fallback,
+    # its server not started (the router starts it on first use).
+    require_local_model()
     cfg = engine(f"http://127.0.0.1:{closed_port()}/v1", glm_key="sk-test")
     paths = KlawPaths.from_env({"HOME": str(tmp_path)})
     out, server = await start_local_if_needed(cfg, paths)
-    assert out is cfg and server is None
+    assert server is not None and server.pid is None
+    assert out.routing.default == cfg.routing.default
+    assert out.routing.fallback == [*cfg.routing.fallback, LOCAL_MODEL]
+    await server.stop()
 
 
 # --------------------------------------------------------------------------- start failures

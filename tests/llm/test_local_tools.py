@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from klaw.config import EngineConfig
-from klaw.llm import LlmRequest, Message, Router, ToolSchema
+from klaw.llm import AllProvidersFailed, LlmRequest, Message, Router, ToolSchema
 from klaw.llm import local as local_mod
 from klaw.llm.local import (
     LOCAL_MODEL,
     LocalModelServer,
     local_model_path,
     missing_local_parts,
-    with_local,
+    with_local_fallback,
 )
 from klaw.llm.toolgrammar import REPLY, call_grammar, call_schema, generate, parse_call
 from klaw.tools.base import Tool, ToolRegistry
@@ -135,8 +135,12 @@ def test_after_a_tool_result_the_answer_is_free_text(llama: Any) -> None:
 
 
 @pytest.fixture
-async def local_server(tmp_path: Path) -> AsyncIterator[LocalModelServer]:
-    server = LocalModelServer(require_local_model(), log_path=tmp_path / "local-model.log")
+async def lazy_server(tmp_path: Path) -> AsyncIterator[LocalModelServer]:
+    server = LocalModelServer(
+        require_local_model(),
+        port=local_mod._free_port("127.0.0.1"),
+        log_path=tmp_path / "local-model.log",
+    )
     try:
         yield server
     finally:
@@ -158,22 +162,16 @@ def unreachable_provider_config() -> EngineConfig:
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_router_falls_back_to_the_offline_model_and_its_call_runs(
-    local_server: LocalModelServer, stream: bool
+    lazy_server: LocalModelServer, stream: bool
 ) -> None:
-    url = await local_server.start()
-    base = unreachable_provider_config()
-    local = with_local(base, url)
-    # The unreachable provider first, the offline model after it in the chain.
-    cfg = local.model_copy(
-        update={
-            "routing": local.routing.model_copy(
-                update={"default": "glm/glm-5", "fallback": [LOCAL_MODEL]}
-            )
-        }
-    )
+    # The offline model last in the fallback, its server not started until the router
+    # finds every provider before it unreachable.
+    cfg = with_local_fallback(unreachable_provider_config(), lazy_server.url)
+    assert cfg.routing.fallback[-1] == LOCAL_MODEL
     registry = ToolRegistry([CurrentTime(), *[_inert(t) for t in REAL_TOOLS[1:]]])
     tools = [ToolSchema(t.name, t.description, t.parameters) for t in REAL_TOOLS]
-    async with Router(cfg) as router:
+    async with Router(cfg, on_demand={"local": lazy_server.ensure_started}) as router:
+        assert lazy_server.pid is None
         response = await router.complete(
             LlmRequest(
                 [Message.user("What time is it in Tokyo?")],
@@ -185,6 +183,7 @@ async def test_router_falls_back_to_the_offline_model_and_its_call_runs(
             on_delta=_ignore if stream else None,
         )
     assert response.model == LOCAL_MODEL
+    assert lazy_server.pid is not None
     for call in response.tool_calls:  # a call, if the model made one, is well formed
         assert not call.malformed
         assert call.name in registry
@@ -195,6 +194,15 @@ async def test_router_falls_back_to_the_offline_model_and_its_call_runs(
         assert result.content
     if not response.tool_calls:
         assert isinstance(response.content, str) and response.content
+
+
+async def test_an_offline_model_that_cannot_start_is_a_failed_provider(tmp_path: Path) -> None:
+    server = LocalModelServer(tmp_path / "missing.gguf", port=local_mod._free_port("127.0.0.1"))
+    cfg = with_local_fallback(unreachable_provider_config(), server.url)
+    async with Router(cfg, on_demand={"local": server.ensure_started}) as router:
+        with pytest.raises(AllProvidersFailed) as failed:
+            await router.complete(LlmRequest([Message.user("hi")]))
+    assert "not installed" in str(failed.value.failures[LOCAL_MODEL])
 
 
 async def _ignore(_: str) -> None:

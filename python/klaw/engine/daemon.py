@@ -109,7 +109,9 @@ async def run(
 
             # Prices, budget and the spend log; the period's spend is read back first.
             spend = await asyncio.to_thread(Spend, config, paths.spend)
-            router = Router(config, spend=spend)
+            # The offline model, when only a fallback, starts on its first call.
+            on_demand = {"local": local.ensure_started} if local is not None else None
+            router = Router(config, spend=spend, on_demand=on_demand)
             for problem in router.check():
                 log.warning("routing: %s", problem)
             from klaw.openclaw.writeback import WriteBack

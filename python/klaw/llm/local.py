@@ -67,6 +67,7 @@ __all__ = [
     "start_local_if_needed",
     "usable_providers",
     "with_local",
+    "with_local_fallback",
 ]
 
 log = logging.getLogger("klaw.llm.local")
@@ -203,6 +204,37 @@ def needs_local(config: EngineConfig, usable: Collection[str]) -> bool:
     return not any(name in usable for name in chain_providers(config))
 
 
+def with_local_fallback(
+    config: EngineConfig, endpoint: str, *, n_ctx: int = DEFAULT_N_CTX
+) -> EngineConfig:
+    """A copy of `config` with the offline model at `endpoint` last in `routing.fallback`:
+    it answers when every provider failed (unreachable, down), and can be named as
+    `budget.offlineModel` (a loopback model costs nothing). The routing stays otherwise."""
+    providers, models = _local_entries(config, endpoint, n_ctx)
+    fallback = [ref for ref in config.routing.fallback if ref != LOCAL_MODEL] + [LOCAL_MODEL]
+    routing = config.routing.model_copy(update={"fallback": fallback})
+    return config.model_copy(update={"providers": providers, "models": models, "routing": routing})
+
+
+def _local_entries(
+    config: EngineConfig, endpoint: str, n_ctx: int
+) -> tuple[dict[str, ProviderConfig], dict[str, ModelConfig]]:
+    """The providers and models of `config` with the offline model's added."""
+    max_tokens = min(LOCAL_MAX_TOKENS, n_ctx // 4)
+    budget = (n_ctx - max_tokens) * 3 // 4
+    providers = {
+        **config.providers,
+        LOCAL_PROVIDER: ProviderConfig(type="openai-compatible", endpoint=endpoint),
+    }
+    models = {
+        **config.models,
+        # Tools offered: the server's grammar keeps each call valid (toolgrammar.py), and
+        # its prompt names each tool in one line, so the schemas do not fill the context.
+        LOCAL_MODEL: ModelConfig(max_tokens=max_tokens, context_budget=budget, tools=True),
+    }
+    return providers, models
+
+
 def with_local(
     config: EngineConfig,
     endpoint: str,
@@ -217,18 +249,7 @@ def with_local(
     it too unless their provider is in `usable`. The context budget leaves room for the
     answer and for the difference between Klaw's token counts and the model's tokenizer.
     """
-    max_tokens = min(LOCAL_MAX_TOKENS, n_ctx // 4)
-    budget = (n_ctx - max_tokens) * 3 // 4
-    providers = {
-        **config.providers,
-        LOCAL_PROVIDER: ProviderConfig(type="openai-compatible", endpoint=endpoint),
-    }
-    models = {
-        **config.models,
-        # Tools offered: the server's grammar keeps each call valid (toolgrammar.py), and
-        # its prompt names each tool in one line, so the schemas do not fill the context.
-        LOCAL_MODEL: ModelConfig(max_tokens=max_tokens, context_budget=budget, tools=True),
-    }
+    providers, models = _local_entries(config, endpoint, n_ctx)
     tasks = config.routing.tasks
     rerouted = {
         name: LOCAL_MODEL
@@ -326,6 +347,7 @@ class LocalModelServer:
         self._ready = asyncio.Condition()
         self._own_log = False
         self._ready_at = 0.0
+        self._starting = asyncio.Lock()
 
     # ------------------------------------------------------------------ state
 
@@ -388,6 +410,18 @@ class LocalModelServer:
         )
         self._supervisor = asyncio.create_task(self._supervise(), name="klaw-local-model")
         return self.url
+
+    async def ensure_started(self) -> None:
+        """Start on first use (the offline model as a fallback); then return at once.
+
+        Raises LocalModelError as `start` does, and after `stop`."""
+        if self._supervisor is not None:
+            return
+        async with self._starting:
+            if self._stopping:
+                raise LocalModelError("the local model server was stopped")
+            if self._supervisor is None:
+                await self.start()
 
     async def stop(self) -> None:
         """Stop supervising and end the server (SIGTERM, then SIGKILL). Idempotent."""
@@ -571,13 +605,23 @@ async def start_local_if_needed(
     """Start the offline model when no provider of the routing chain can answer.
 
     Returns the config to run with (rerouted to `local/smollm2-135m` when the server
-    started) and the server to `stop()` on shutdown, or `(config, None)` when a provider
-    is usable. Raises LocalModelError when the offline model is needed but not installed
-    or does not start: the engine could answer nothing.
+    started) and the server to `stop()` on shutdown. When a provider is usable and the
+    offline model is installed, the config has it as the last fallback and the server is
+    not started: the router starts it on first use (`ensure_started`, the router's
+    `on_demand`); not installed: `(config, None)`. Raises LocalModelError when the
+    offline model is needed but not installed or does not start: the engine could
+    answer nothing.
     """
     usable = await usable_providers(config, timeout_s=probe_timeout_s)
     if not needs_local(config, usable):
-        return config, None
+        path = local_model_path()
+        if path is None or missing_local_parts():
+            return config, None
+        # Installed: the last fallback, its server started by the router on first use.
+        server = LocalModelServer(
+            path, port=_free_port("127.0.0.1"), log_path=paths.logs / "local-model.log"
+        )
+        return with_local_fallback(config, server.url, n_ctx=server.n_ctx), server
     log.warning(
         "no provider of the routing chain (%s) has an API key or answers: starting the "
         "offline model %s, a small fallback for trying Klaw",

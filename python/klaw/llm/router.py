@@ -10,11 +10,12 @@ import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from klaw.config import EngineConfig, ModelConfig, ProviderConfig
+from klaw.errors import KlawError
 from klaw.llm.anthropic import AnthropicClient
 from klaw.llm.errors import AllProvidersFailed, LlmConfigError, ProviderError
 from klaw.llm.gemini import GeminiClient
@@ -68,8 +69,11 @@ class Router:
         sleep: Sleep = asyncio.sleep,
         max_retry_after_s: float = MAX_RETRY_AFTER_S,
         spend: Spend | None = None,
+        on_demand: Mapping[str, Callable[[], Awaitable[None]]] | None = None,
     ) -> None:
         self._config = config
+        #: Per provider, what starts it before its first call (the offline model's server).
+        self._on_demand = dict(on_demand or {})
         #: Prices, budget and spend log (docs/costs.md); None: calls are not metered.
         self.spend = spend
         self._sleep = sleep
@@ -276,6 +280,12 @@ class Router:
         """Tries each model of `chain` in turn; the answer's cost settles `ticket`."""
         failures: dict[str, ProviderError] = {}
         for target in chain:
+            if target.provider in self._on_demand:
+                try:
+                    await self._on_demand[target.provider]()
+                except KlawError as exc:  # not installed, or its server would not start
+                    failures[target.ref] = ProviderError(str(exc), provider=target.provider)
+                    continue
             client = self._client(target.provider)
             attempt_request = dataclasses.replace(
                 request,
