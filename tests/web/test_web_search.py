@@ -21,7 +21,7 @@ from klaw.tools.web import web_tools
 from klaw.web.search import why_off
 
 sys.path.insert(0, str(Path(__file__).parent))
-from web_servers import SearchApi
+from web_servers import SearchApi, _Server
 
 T = 30.0
 
@@ -190,25 +190,18 @@ def test_the_web_search_skill_passes_the_safety_check(klaw_home: KlawPaths) -> N
     assert out.returncode == 0 and out.stdout.strip() == "web-search: nothing found", out
 
 
-class Hostile:
+class Hostile(_Server):
     """A SearXNG endpoint gone wrong: an answer without end, or hits carrying a
     terminal escape, a reversed line, a URL with a line break or of 5,000 characters."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.sent = 0
-        self.runner: web.AppRunner | None = None
-        self.url = ""
 
-    async def start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/endless/search", self._endless)
         app.router.add_get("/dirty/search", self._dirty)
         app.router.add_get("/deep/search", self._deep)
-        self.runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
     async def _endless(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -238,46 +231,33 @@ class Hostile:
     async def _deep(self, request: web.Request) -> web.Response:
         return web.Response(text="[" * 100_000, content_type="application/json")
 
-    async def close(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
+
+@pytest.fixture
+async def hostile() -> AsyncIterator[Hostile]:
+    server = Hostile()
+    await server.start()
+    yield server
+    await server.close()
 
 
-async def test_a_provider_answering_without_end_is_cut_off() -> None:
+async def test_a_provider_answering_without_end_is_cut_off(hostile: Hostile) -> None:
     from klaw.web.search import MAX_ANSWER
 
-    server = Hostile()
-    await server.start()
-    try:
-        reg = registry(provider="searxng", endpoint=f"{server.url}/endless")
-        res = await search(reg, query="rain")
-        assert res.is_error and "over 4 MB" in res.content and "web.search.endpoint" in res.content
-        assert server.sent < 200 * 1024 * 1024 and MAX_ANSWER == 4 * 1024 * 1024
-    finally:
-        await server.close()
+    res = await search(registry(provider="searxng", endpoint=f"{hostile.url}/endless"), query="x")
+    assert res.is_error and "over 4 MB" in res.content and "web.search.endpoint" in res.content
+    assert hostile.sent < 200 * 1024 * 1024 and MAX_ANSWER == 4 * 1024 * 1024
 
 
-async def test_hits_are_plain_text_with_plain_urls() -> None:
-    server = Hostile()
-    await server.start()
-    try:
-        reg = registry(provider="searxng", endpoint=f"{server.url}/dirty")
-        res = await search(reg, query="rain")
-        assert not res.is_error, res.content
-        assert "\x1b" not in res.content and "\u202e" not in res.content
-        assert "SYSTEM" not in res.content and "x" * 100 not in res.content
-        assert "alert" not in res.content
-        assert "https://ok.example/1" in res.content and "Clean" in res.content
-        assert "https://ok.example/3" in res.content and "2026 [31m" in res.content
-    finally:
-        await server.close()
+async def test_hits_are_plain_text_with_plain_urls(hostile: Hostile) -> None:
+    res = await search(registry(provider="searxng", endpoint=f"{hostile.url}/dirty"), query="x")
+    assert not res.is_error, res.content
+    assert "\x1b" not in res.content and "\u202e" not in res.content
+    assert "SYSTEM" not in res.content and "x" * 100 not in res.content
+    assert "alert" not in res.content
+    assert "https://ok.example/1" in res.content and "Clean" in res.content
+    assert "https://ok.example/3" in res.content and "2026 [31m" in res.content
 
 
-async def test_an_answer_nested_too_deep_is_not_json_not_a_crash() -> None:
-    server = Hostile()
-    await server.start()
-    try:
-        res = await search(registry(provider="searxng", endpoint=f"{server.url}/deep"), query="x")
-    finally:
-        await server.close()
+async def test_an_answer_nested_too_deep_is_not_json_not_a_crash(hostile: Hostile) -> None:
+    res = await search(registry(provider="searxng", endpoint=f"{hostile.url}/deep"), query="x")
     assert res.is_error and "not JSON" in res.content, res.content
