@@ -89,7 +89,9 @@ impl Store {
             .zip(chunks)
             .map(|(i, c)| (*i, c.content.as_str()))
             .collect();
-        inner.keyword.apply(&add, removed)
+        inner
+            .keyword
+            .apply_hidden(&add, removed, super::hidden_source(source))
     }
 
     /// Adds chunks that belong to no file (saved facts, conversation excerpts).

@@ -209,7 +209,7 @@ impl Store {
             .zip(facts)
             .map(|(i, f)| (*i, f.content.as_str()))
             .collect();
-        inner.keyword.apply(&add, removed)
+        inner.keyword.apply_hidden(&add, removed, true)
     }
 
     /// Chunk ids of the facts of one of `kinds` (any when empty) about an entity

@@ -82,6 +82,12 @@ impl Inner {
 /// searched when asked for by their exact source, so one chat never sees another's.
 pub const CHAT_SOURCE_PREFIX: &str = "chat:";
 
+/// Conversations and facts are searched only when asked for (by their source, or a
+/// fact filter), never by a plain search.
+pub(crate) fn hidden_source(source: &str) -> bool {
+    source.starts_with(CHAT_SOURCE_PREFIX) || source.starts_with(FACT_SOURCE_PREFIX)
+}
+
 /// The int8 vector index with each chunk's date and source (interned).
 struct MemIndex {
     vindex: VectorIndex,
@@ -100,8 +106,7 @@ impl MemIndex {
         let i = self.sources.len() as u32;
         self.sources.push(source.to_string());
         self.source_ids.insert(source.to_string(), i);
-        // Conversations and facts are searched only when asked for.
-        let chat = source.starts_with(CHAT_SOURCE_PREFIX) || source.starts_with(FACT_SOURCE_PREFIX);
+        let chat = hidden_source(source);
         self.chat.push(chat);
         self.has_chats |= chat;
         i
@@ -260,13 +265,14 @@ impl Store {
         mem.vindex.shrink_to_fit();
         if inner.keyword.num_docs() != n_rows as u64 {
             let w = inner.writer.get_mut().map_err(|_| CoreError::Closed)?;
-            let mut st = w.prepare("SELECT id, content FROM memory_chunks")?;
-            let docs: Vec<(i64, String)> = st
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            let mut st = w.prepare("SELECT id, content, source FROM memory_chunks")?;
+            let docs: Vec<(i64, String, String)> = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<rusqlite::Result<_>>()?;
-            inner
-                .keyword
-                .rebuild(docs.iter().map(|(i, c)| (*i, c.as_str())))?;
+            inner.keyword.rebuild_flagged(
+                docs.iter()
+                    .map(|(i, c, s)| (*i, c.as_str(), hidden_source(s))),
+            )?;
         }
         Ok(())
     }

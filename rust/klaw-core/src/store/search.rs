@@ -150,8 +150,11 @@ impl Store {
             got.truncate(k);
             return Ok(got);
         }
-        if !inner.mem()?.filters(f) {
-            return inner.keyword.search(text, k);
+        // A plain search leaves hidden documents out in the query itself: with many
+        // conversation or fact chunks, over-fetching past them cost tens of ms.
+        let visible = f.source.is_none();
+        if f.since.is_none() && f.until.is_none() && visible {
+            return inner.keyword.search_visible(text, k);
         }
         let src = Self::source_filter(&*inner.mem()?, f);
         if f.source.is_some() && src.is_none() {
@@ -160,7 +163,11 @@ impl Store {
         // Over-fetch, then filter by the in-memory metadata.
         let mut want = k * 8;
         loop {
-            let got = inner.keyword.search(text, want)?;
+            let got = if visible {
+                inner.keyword.search_visible(text, want)?
+            } else {
+                inner.keyword.search(text, want)?
+            };
             let full = got.len() < want;
             let mem = inner.mem()?;
             let kept: Vec<_> = got
