@@ -290,6 +290,39 @@ async def test_a_slow_drip_ends_at_the_deadline(site: Site) -> None:
     assert res.is_error and "did not finish within 1 s" in res.content, res.content
 
 
+def test_an_aes_pdf_without_the_cryptography_package_says_what_to_install(
+    tmp_path: Path,
+) -> None:
+    """cryptography is no dependency of Klaw's: on a fresh install an AES-encrypted PDF
+    (most encrypted ones, even without a password) raised pypdf's DependencyError."""
+    import io
+    import subprocess
+
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    writer.add_blank_page(100, 100)
+    writer.encrypt(user_password="", owner_password="owner", algorithm="AES-256")
+    buf = io.BytesIO()
+    writer.write(buf)
+    (tmp_path / "aes.pdf").write_bytes(buf.getvalue())
+    script = (
+        "import sys\n"
+        "sys.modules['cryptography'] = sys.modules['Crypto'] = None  # not installed\n"
+        "from klaw.web.extract import extract\n"
+        "from klaw.web.fetch import Fetched, FetchError\n"
+        f"body = open({str(tmp_path / 'aes.pdf')!r}, 'rb').read()\n"
+        "try:\n"
+        "    extract(Fetched('https://x/a.pdf', 200, 'application/pdf', None, body, False))\n"
+        "except FetchError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "encrypted with AES" in out.stdout and "pip install cryptography" in out.stdout
+
+
 async def test_json_nested_too_deep_is_shown_as_sent(site: Site) -> None:
     res = await fetch(allowing(site, maxTokens=100), f"{site.url}/deep.json")
     assert not res.is_error, res.content

@@ -167,7 +167,7 @@ def _title(markup: str) -> str:
 
 def _pdf(body: bytes, truncated: bool, max_chars: int) -> Extracted:
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import DependencyError, PdfReadError
 
     try:
         reader = PdfReader(io.BytesIO(body), strict=False)
@@ -187,6 +187,11 @@ def _pdf(body: bytes, truncated: bool, max_chars: int) -> Extracted:
                 break
     except FetchError:
         raise
+    except DependencyError:  # AES: most encrypted PDFs, even those opening without a password
+        raise FetchError(
+            "the PDF is encrypted with AES, which pypdf reads only with the cryptography "
+            "package: install it in Klaw's environment (pip install cryptography)"
+        ) from None
     except (PdfReadError, ValueError, KeyError, TypeError, IndexError) as exc:
         why = " (the download was cut at web.fetch.maxBytes)" if truncated else ""
         raise FetchError(f"the PDF could not be read{why}: {type(exc).__name__}") from None
