@@ -6,6 +6,7 @@ not let a server: `python raw_mcp_server.py MODE...`.
 - `deep-list`: tools/list answered with a schema nested 10,000 deep.
 - `deep-call`: a call answered with a result nested 10,000 deep.
 - `ansi`: a tool whose name and description carry terminal escapes and a path.
+- `refuse`: initialization answered with an error whose message carries escapes.
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ def main(argv: list[str]) -> None:
         method, msg_id = msg.get("method"), msg.get("id")
         if msg_id is None:
             continue
-        if method == "initialize":
+        if method == "initialize" and "refuse" in modes:
+            error = {"code": -32603, "message": "\x1b]0;owned\x07\x1b[2Jno\rway"}
+            send(json.dumps({"jsonrpc": "2.0", "id": msg_id, "error": error}))
+        elif method == "initialize":
             version = msg["params"]["protocolVersion"]
             info = {"name": "raw", "version": "1"}
             reply(

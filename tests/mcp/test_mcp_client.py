@@ -291,6 +291,13 @@ async def test_an_answer_nested_too_deep_fails_at_once_saying_why() -> None:
         assert result.is_error and "could not be read" in result.content
 
 
+async def test_escapes_in_a_servers_error_never_reach_klaw_doctor() -> None:
+    async with running(r=raw_server("refuse")) as manager:
+        status = manager.status()["r"]
+    assert status.startswith("failed") and "noway" in status
+    assert "\x1b" not in status and "\x07" not in status and "\r" not in status
+
+
 async def test_escapes_in_a_tools_name_and_description_never_reach_the_model() -> None:
     async with running(r=raw_server("ansi")) as manager:
         (only,) = group(manager, "r").tools()

@@ -98,7 +98,9 @@ class McpServer:
         self.on_change: list[Callable[[McpServer], None]] = []
 
     def _set(self, state: State, error: str | None = None) -> None:
-        self.state, self.error = state, error
+        from klaw.mcp.tools import CONTROLS  # the server's words reach `klaw doctor`
+
+        self.state, self.error = state, CONTROLS.sub("", error) if error else error
         self.changed.set()
         self.changed = asyncio.Event()
         for hook in self.on_change:
