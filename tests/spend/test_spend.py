@@ -228,10 +228,13 @@ def test_an_unwritable_spend_log_still_counts_the_call(
     def full(fd: int, data: bytes) -> int:
         raise OSError(28, "No space left on device")
 
-    spend = Spend(config(daily=1.0), tmp_path, clock=Clock(at("2026-03-10T12:00")))
+    clock = Clock(at("2026-03-10T12:00"))
+    spend = Spend(config(daily=1.0), tmp_path, clock=clock)
     monkeypatch.setattr(os, "write", full)
     call(spend)
     assert spend.spent_today == pytest.approx(COST)
+    clock.now = at("2026-03-11T08:00").timestamp()  # a new day: the totals are reread
+    assert spend.caps()[0].spent == 0 and spend.spent_month == pytest.approx(COST)
 
 
 def test_a_chain_of_local_models_is_never_capped(tmp_path: Path) -> None:

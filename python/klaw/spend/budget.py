@@ -159,6 +159,7 @@ class Spend:
         self._warned: set[str] = set()  # models whose cost cannot be counted, logged once
         self.unpriced_today = 0  # calls of unknown (or unconvertible) cost today
         self.skipped: list[str] = []  # spend-log lines the rebuild could not read
+        self._unlogged: list[Call] = []  # calls the spend log could not take (a full disk)
         self._rebuild()
 
     def close(self) -> None:
@@ -238,6 +239,7 @@ class Spend:
             self.log.append(call)
         except OSError as exc:  # a full disk must not stop the reply; the total still counts
             log.error("spend log not written (%s): %s", self.folder, exc)
+            self._unlogged.append(call)  # and still counts when the day's totals are reread
         self._count(call)
         return call
 
@@ -380,7 +382,7 @@ class Spend:
         first = datetime.fromtimestamp(p.month_start, UTC).date()
         last = datetime.fromtimestamp(p.month_end, UTC).date() + timedelta(days=1)
         found = SpendRead()
-        for entry in read_spend(self.folder, first, last, found):
+        for entry in [*read_spend(self.folder, first, last, found), *self._unlogged]:
             ts = entry.at.timestamp()
             if not p.month_start <= ts < p.month_end:
                 continue
