@@ -146,7 +146,8 @@ async def test_a_channel_that_stopped_is_reported_with_its_reason(
     tg, dc = fake_telegram, fake_discord
     tg.token = "999:not-this-bot"  # Telegram refuses the configured token: the channel stops
     dm = dc.dm()
-    cfg = gateway_yaml(tg, dc, dm=dm, telegram_stale=1)
+    # Long enough that only the stop, never the time, can make it stale here.
+    cfg = gateway_yaml(tg, dc, dm=dm, telegram_stale=3600)
     channels = [telegram_channel(klaw_home, cfg), discord_channel(klaw_home, cfg)]
     async with gateway(klaw_home, cfg, channels, dc):
         (notice,) = await dc.wait_sent(dm, 1, T)

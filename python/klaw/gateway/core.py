@@ -190,8 +190,8 @@ class Gateway:
         except Exception as exc:
             # One broken channel must not take the others down.
             log.exception("channel %s stopped", channel.name)
-            if isinstance(channel, Watched):  # the owner hears of it once it is stale
-                channel.liveness.failed(f"it stopped: {exc}")
+            if isinstance(channel, Watched):  # the owner hears of it at the next check
+                channel.liveness.stopped(f"it stopped: {exc}")
 
     def _spawn(self, coro: object, name: str) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro, name=name)  # type: ignore[arg-type]

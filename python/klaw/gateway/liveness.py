@@ -37,6 +37,7 @@ class Liveness:
         self.stale_after = stale_after
         self.last_ok_at: datetime | None = None  # wall time, for showing
         self.detail = ""  # the last failure since the last sign of life
+        self.gave_up = False  # the channel stopped: no sign of life can come any more
         self._last_ok = time.monotonic()  # a channel starts with its grace period
 
     def ok(self) -> None:
@@ -46,6 +47,13 @@ class Liveness:
 
     def failed(self, detail: str) -> None:
         self.detail = detail
+
+    def stopped(self, detail: str) -> None:
+        """The channel gave up (a refused token): stale at the next check, not only once
+        `stale_after` has passed, since no sign of life can come any more."""
+        self.detail = detail
+        self.gave_up = True
+        self._last_ok = min(self._last_ok, time.monotonic() - self.stale_after - 1)
 
     @property
     def quiet_s(self) -> float:
@@ -146,6 +154,13 @@ class Watch:
             last,
             why,
         )
+        if lv.gave_up:
+            await self._tell(
+                name,
+                f"⚠️ {name.capitalize()} stopped working ({lv.detail}). It stays off until "
+                "the gateway is restarted.",
+            )
+            return
         await self._tell(
             name,
             f"⚠️ {name.capitalize()} has not answered me for {_minutes(lv.quiet_s)} (no "
