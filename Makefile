@@ -6,7 +6,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/klaw-cargo-target
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke eval run clean \
+.PHONY: install install-local build-dev format lint test test-rust test-py bench bench-smoke eval eval-offline run clean \
   sandbox-tools wheel-tools wheels wheel-x86_64 wheel-aarch64 sdist test-install install-smoke \
   test-aarch64 test-any-hour faketime-tool
 
@@ -155,6 +155,11 @@ bench: install sandbox-tools
 eval: install
 	$(PY) benches/eval_memory.py --threads 2
 	$(PY) benches/eval_fusion.py --threads 2
+
+# The offline model's tool calls on 50 requests (docs/providers.md): valid and right
+# calls, constrained and free, tokens/s and RSS. Minutes on 2 cores; not in `make bench`.
+eval-offline: install install-local
+	$(PY) benches/eval_offline.py --threads 2
 
 # Engine + gateway on the embedded defaults, and a console chat in this terminal
 # (the offline model when no provider key is set; Telegram too with TELEGRAM_BOT_TOKEN).

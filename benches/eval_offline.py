@@ -88,8 +88,8 @@ def _hwm_bytes() -> int:
     return 0
 
 
-def run_one(model: Path, threads: int, n_ctx: int) -> dict[str, Any]:
-    """Both decodings of one model, in this process."""
+def run_one(model: Path, threads: int, n_ctx: int, every: int = 1) -> dict[str, Any]:
+    """Both decodings of one model, in this process (every `every`-th request)."""
     import llama_cpp
     from llama_cpp import Llama
 
@@ -103,7 +103,7 @@ def run_one(model: Path, threads: int, n_ctx: int) -> dict[str, Any]:
         rows = []
         t_eval = t_prompt = n_eval = n_prompt = 0.0
         started = time.monotonic()
-        for req in data["requests"]:
+        for req in data["requests"][::every]:
             llama_cpp.llama_perf_context_reset(llama.ctx)
             messages = [{"role": "user", "content": req["text"]}]
             text, _ = generate(
@@ -157,10 +157,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--every", type=int, default=1, help="every N-th request only")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:  # the child: one model, its result as JSON on stdout
-        print(json.dumps(run_one(args.models[0], args.threads, args.n_ctx), ensure_ascii=False))
+        result = run_one(args.models[0], args.threads, args.n_ctx, args.every)
+        print(json.dumps(result, ensure_ascii=False))
         return
     models = args.models or installed_models()
     if not models:
@@ -169,11 +171,12 @@ def main() -> None:
     for model in models:
         child = subprocess.run(
             [sys.executable, __file__, "--one", "--threads", str(args.threads),
-             "--n-ctx", str(args.n_ctx), str(model)],
+             "--n-ctx", str(args.n_ctx), "--every", str(args.every), str(model)],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
         results.append(json.loads(child.stdout))
-    print(f"{len(json.loads(REQUESTS.read_text())['requests'])} requests, {args.threads} threads")
+    total = len(json.loads(REQUESTS.read_text(encoding="utf-8"))["requests"][:: args.every])
+    print(f"{total} requests, {args.threads} threads")
     print(
         f"{'model':34} {'decoding':12} {'valid':>6} {'right':>6} {'en/ru/zh right':>15} "
         f"{'gen t/s':>8} {'prompt t/s':>10} {'RSS MB':>7}"
