@@ -235,18 +235,21 @@ def test_a_commit_never_blocks_the_writer(tmp_path: Path, monkeypatch: pytest.Mo
 
     ws = owner_repo(tmp_path)
     vg = MemoryGit(ws)
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
     real = subprocess.run
 
     def held(*a: object, **kw: object) -> object:
-        gate.wait(30)
+        entered.set()
+        gate.wait()  # untimed waits only: under libfaketime (test-any-hour) a timed one hangs
         return real(*a, **kw)  # type: ignore[call-overload]
 
     monkeypatch.setattr(subprocess, "run", held)
-    with vg.change(["MEMORY.md"], "x"):
-        append(ws / "MEMORY.md", "- x\n")
-    assert not vg.flush(0.05)  # queued, not done
-    gate.set()
+    try:
+        with vg.change(["MEMORY.md"], "x"):
+            append(ws / "MEMORY.md", "- x\n")
+        entered.wait()  # the worker is in git, held: the writer got here without waiting
+    finally:
+        gate.set()
     assert vg.flush(30)
     monkeypatch.undo()
     assert vg.log_entries()[0].subject == "memory: x"
