@@ -205,6 +205,21 @@ async def test_an_offline_model_that_cannot_start_is_a_failed_provider(tmp_path:
     assert "not installed" in str(failed.value.failures[LOCAL_MODEL])
 
 
+async def test_memory_writers_are_never_answered_by_the_offline_model(tmp_path: Path) -> None:
+    """A summary or reflect run whose providers are down fails (and is done later by the
+    configured model) instead of writing what the tiny offline model says into memory."""
+    server = LocalModelServer(tmp_path / "missing.gguf", port=local_mod._free_port("127.0.0.1"))
+    cfg = with_local_fallback(unreachable_provider_config(), server.url)
+    async with Router(cfg, on_demand={"local": server.ensure_started}) as router:
+        for source in ("summary", "reflect"):
+            with pytest.raises(AllProvidersFailed) as failed:
+                await router.complete(LlmRequest([Message.user("hi")]), source=source)
+            assert LOCAL_MODEL not in failed.value.failures  # never tried
+        with pytest.raises(AllProvidersFailed) as failed:
+            await router.complete(LlmRequest([Message.user("hi")]), source="chat:telegram_1")
+        assert LOCAL_MODEL in failed.value.failures  # a chat tries it
+
+
 async def _ignore(_: str) -> None:
     return None
 

@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from klaw.config import EngineConfig, ModelConfig, ProviderConfig
 from klaw.errors import KlawError
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 __all__ = ["ModelRef", "Router", "Sleep"]
 
 log = logging.getLogger("klaw.llm")
+
+#: Background sources whose answers are written into memory (summaries with their
+#: retained facts, the reflect job's bank): never answered by an on-demand offline model.
+MEMORY_WRITERS: Final = frozenset({"summary", "reflect"})
 
 Sleep = Callable[[float], Awaitable[None]]
 # A provider asking us to wait longer than this is treated as down: fall back instead.
@@ -236,6 +240,10 @@ class Router:
             return False
 
         chain = self.chain(model, task)
+        if source in MEMORY_WRITERS:
+            # What these write stays in memory: better written later by the configured
+            # model than now by the tiny offline one (unless it is the one asked for).
+            chain = chain[:1] + [t for t in chain[1:] if t.provider not in self._on_demand]
         ticket, note = self._admit(source, chain, request)
         if note is not None:
             chain = [self.resolve(str(self._config.budget.offline_model))]
