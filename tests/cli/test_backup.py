@@ -418,7 +418,8 @@ def test_check_reads_the_archive_and_changes_nothing(klaw_home: KlawPaths, archi
     with unchanged(klaw_home):
         done = run("restore", "--check", str(archive))
     assert done.returncode == 0, done.stderr
-    assert "match the manifest" in done.stdout and f"klaw.db schema {_core.KLAW_DB_SCHEMA_VERSION}" in done.stdout
+    schema = f"klaw.db schema {_core.KLAW_DB_SCHEMA_VERSION}"
+    assert "match the manifest" in done.stdout and schema in done.stdout
 
 
 # ------------------------------------------------------------------ targets

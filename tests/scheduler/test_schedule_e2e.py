@@ -90,7 +90,8 @@ async def test_add_answers_the_next_three_times_and_refuses_bad_jobs_by_name(
         assert rc == 1 and "no job named 'ghost'" in err
 
         rc, out, _ = await klaw("schedule", "list", "--json")
-        assert sorted(j["name"] for j in json.loads(out)["jobs"]) == ["reflect", "summaries", "weather"]
+        names = sorted(j["name"] for j in json.loads(out)["jobs"])
+        assert names == ["reflect", "summaries", "weather"]
         rc, out, err = await klaw("schedule", "remove", "weather")
         assert rc == 0 and "removed weather" in out
     # The engine is down: the CLI says so instead of hanging or tracing back.
