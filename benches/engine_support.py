@@ -287,3 +287,12 @@ class Relay:
                 await writer.drain()
         finally:
             writer.close()
+
+
+def prompt_tokens(request: dict[str, Any]) -> int:
+    """What the model is sent: every message's text and every tool schema."""
+    from klaw.memory.rows import count_tokens_batch
+
+    texts = [m.get("content") or "" for m in request["messages"]]
+    texts += [json.dumps(t, separators=(",", ":")) for t in request.get("tools") or []]
+    return sum(count_tokens_batch(texts))

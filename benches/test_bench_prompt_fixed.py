@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import engine_support as es
-from test_bench_scheduler import prompt_tokens
+from engine_support import prompt_tokens
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from engine_harness import CHAT, engine_running, until

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from typing import Any
 import pytest
 
 import reference_workspace
+from engine_support import prompt_tokens
 from smoke import SMOKE
 
 HERE = Path(__file__).parent
@@ -74,15 +74,6 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Any:
         for key, value in _home(root).items():
             monkeypatch.setenv(key, value)
         yield root
-
-
-def prompt_tokens(request: dict[str, Any]) -> int:
-    """What the model is sent: every message's text and every tool schema."""
-    from klaw.memory.rows import count_tokens_batch
-
-    texts = [m.get("content") or "" for m in request["messages"]]
-    texts += [json.dumps(t, separators=(",", ":")) for t in request.get("tools") or []]
-    return sum(count_tokens_batch(texts))
 
 
 @asynccontextmanager
