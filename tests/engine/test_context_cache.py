@@ -8,8 +8,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_context import make
 
+from filetick import next_tick
+from klaw import filekey
+from klaw.engine import context as context_module
 from klaw.engine.context import StoredMessage
 from klaw.llm.types import ToolSchema
 from klaw.memory.rows import count_tokens_batch, with_content
@@ -75,3 +79,22 @@ def test_a_persona_file_edited_to_the_same_size_with_its_mtime_put_back_is_read_
     section = "## Soul\nТы спокоен и краток.\n"
     assert second.report.tokens["SOUL.md"] == count_tokens_batch([section])[0]
     assert second.report.tokens["SOUL.md"] != first.report.tokens["SOUL.md"]
+
+
+def test_an_unchanged_persona_file_is_kept_and_an_edit_after_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept path (keys trusted once the file clock has moved on, RACY_NS 0): an
+    unchanged file is served from memory, a same-size edit with its mtime put back
+    is read again."""
+    monkeypatch.setattr(filekey, "RACY_NS", 0)
+    soul = tmp_path / "SOUL.md"
+    soul.write_bytes(b"You are calm AAAA.\n")
+    assert "calm AAAA" in (make(tmp_path).messages[0].content or "")
+    assert soul in context_module._FILE_CACHE
+    st = soul.stat()
+    next_tick(soul)
+    soul.write_bytes(b"You are calm BBBB.\n")
+    os.utime(soul, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (soul.stat().st_size, soul.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert "calm BBBB" in (make(tmp_path).messages[0].content or "")

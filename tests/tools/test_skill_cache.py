@@ -6,7 +6,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
+from filetick import next_tick
+from klaw import filekey
 from klaw.paths import KlawPaths
+from klaw.tools import skills as skills_module
 from klaw.tools.skills import SkillCatalog
 
 
@@ -57,3 +62,26 @@ def test_a_skill_renamed_broken_and_fixed_follows_its_file(klaw_home: KlawPaths)
     path.write_text(_md("alpha", "First"), encoding="utf-8")  # content seen before
     assert _offered(catalog) == {"alpha": "First"}
     assert catalog.refused == {}
+
+
+def test_an_unchanged_skill_is_kept_and_an_edit_after_it_is_read(
+    klaw_home: KlawPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept path: keys trusted as soon as the file clock has moved on (RACY_NS 0),
+    an unchanged SKILL.md is not read again, and a same-size edit with its mtime put
+    back still is (its ctime moved)."""
+    monkeypatch.setattr(filekey, "RACY_NS", 0)
+    folder = klaw_home.workspace / "skills" / "notes"
+    folder.mkdir(parents=True)
+    path = folder / "SKILL.md"
+    path.write_text(_md("notes", "Write notes AAAA"), encoding="utf-8")
+    catalog = SkillCatalog(klaw_home.workspace / "skills", klaw_home.skills, builtin_dir=None)
+    assert _offered(catalog) == {"notes": "Write notes AAAA"}
+    assert path in skills_module._SKILL_MD  # kept, by its key
+
+    st = path.stat()
+    next_tick(path)
+    path.write_text(_md("notes", "Write notes BBBB"), encoding="utf-8")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert _offered(catalog) == {"notes": "Write notes BBBB"}

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from klaw.engine.images import IMAGE_TOKENS, MAX_IMAGES, image_placeholder
+from klaw.filekey import FileKey, file_key
 from klaw.llm.types import (
     Message,
     Role,
@@ -541,16 +542,14 @@ def _units(messages: list[Message]) -> tuple[list[list[Message]], int]:
 # ------------------------------------------------------------------- system prompt
 
 
-_FILE_CACHE: dict[Path, tuple[tuple[int, ...], tuple[str, bool] | None]] = {}
+_FILE_CACHE: dict[Path, tuple[FileKey, tuple[str, bool] | None]] = {}
 
 
 def _read_workspace_file(path: Path) -> tuple[str, bool] | None:
     """(text, cut at MAX_FILE_BYTES) of a workspace file; None if absent or empty.
 
-    Read again only when its stat changed: every turn asks for the same five files,
-    and a stat is much cheaper than a read and a decode. The ctime and inode are in
-    the key: an edit that keeps the size and puts the mtime back, or a file swapped
-    for another, still changes them.
+    Read again only when its stat changed (`klaw.filekey`): every turn asks for the
+    same five files, and a stat is much cheaper than a read and a decode.
     """
     try:
         st = path.stat()
@@ -558,11 +557,14 @@ def _read_workspace_file(path: Path) -> tuple[str, bool] | None:
         return None
     except OSError:
         return _read_file_uncached(path)
-    key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_dev)
+    key = file_key(st)
     hit = _FILE_CACHE.get(path)
-    if hit is not None and hit[0] == key:
+    if key is not None and hit is not None and hit[0] == key:
         return hit[1]
     result = _read_file_uncached(path)
+    if key is None:  # changed just now: not trusted to stay as read
+        _FILE_CACHE.pop(path, None)
+        return result
     if len(_FILE_CACHE) > 64:
         _FILE_CACHE.clear()
     _FILE_CACHE[path] = (key, result)

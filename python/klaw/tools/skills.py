@@ -24,12 +24,14 @@ import asyncio
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from klaw.filekey import FileKey, file_key
 from klaw.skills.frontmatter import parse_frontmatter
 from klaw.skills.meta import SkillMeta, command_name, read_meta, unmet
 from klaw.skills.scan import MAX_FILE_BYTES, SKIPPED_DIRS, Finding, read_skill, scan_files
@@ -127,9 +129,37 @@ def _scan_cached(folder: Path) -> tuple[tuple[Finding, ...], str]:
 
 
 # digest of a SKILL.md's text -> (name, description, meta), or why it is refused: the
-# files are read at every scan (the pipeline scans once per turn), the YAML is parsed
-# once per content (the digest, not the text, is kept: a SKILL.md may be 256 KiB).
+# YAML is parsed once per content (the digest, not the text, is kept: a SKILL.md may be
+# 256 KiB).
 _PARSED: dict[bytes, tuple[str, str, SkillMeta] | str] = {}
+
+# SKILL.md path -> (its file key, what `_parsed` made of it): the pipeline scans once per
+# turn, and a stat is what a turn pays while the file is unchanged (`klaw.filekey`:
+# ctime in the key, so an edit with its size and mtime put back is read again).
+_SKILL_MD: dict[Path, tuple[FileKey, tuple[str, str, SkillMeta] | str]] = {}
+
+
+def _skill_md(path: Path, st: os.stat_result) -> tuple[str, str, SkillMeta]:
+    """`_parsed` of the SKILL.md at `path` whose stat is `st`."""
+    key = file_key(st)
+    hit = _SKILL_MD.get(path)
+    if key is None or hit is None or hit[0] != key:
+        if st.st_size > MAX_SKILL_BYTES:
+            raise ValueError(f"it is over {MAX_SKILL_BYTES} bytes")
+        try:
+            parsed: tuple[str, str, SkillMeta] | str = _parsed(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            if isinstance(exc, UnicodeDecodeError):
+                raise
+            parsed = str(exc)
+        if key is not None:
+            if len(_SKILL_MD) > 256:
+                _SKILL_MD.clear()
+            _SKILL_MD[path] = (key, parsed)
+        hit = (key or (0, 0, 0, 0, 0), parsed)
+    if isinstance(hit[1], str):
+        raise ValueError(hit[1])
+    return hit[1]
 
 
 def _parsed(text: str) -> tuple[str, str, SkillMeta]:
@@ -196,12 +226,14 @@ class SkillCatalog:
             return found
         for sub in subdirs:
             path = sub / "SKILL.md"
-            if not path.is_file():
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
                 continue
             try:
-                if path.stat().st_size > MAX_SKILL_BYTES:
-                    raise ValueError(f"it is over {MAX_SKILL_BYTES} bytes")
-                name, desc, meta = _parsed(path.read_text(encoding="utf-8"))
+                name, desc, meta = _skill_md(path, st)
             except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
                 reason = (
                     "it is not valid UTF-8"
