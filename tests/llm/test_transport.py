@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from klaw.llm._http import HttpClient, _json_request, make_client
-from klaw.llm.transport import Http11Transport
+from klaw.llm.errors import ProviderConnectionError
+from klaw.llm.transport import MAX_ANSWER, Http11Transport
 
 
 def answer(body: bytes, *head: bytes) -> bytes:
@@ -315,3 +316,100 @@ async def test_a_provider_post_sends_what_the_httpx_client_would() -> None:
     assert direct[0] == through[0] == b"POST /v1/chat/completions HTTP/1.1"
     assert sorted(direct[1:]) == sorted(through[1:])
     assert b"Authorization: Bearer key" in direct and direct[-1] == b'{"a":1}'
+
+
+# ---------------------------------------------------------------- a provider's whole answer
+# `HttpClient._post` reads a whole answer through `Http11Transport.post` (no httpx
+# request or response objects): the same framing, kept connections and errors.
+
+
+class Closing(Scripted):
+    """Answers each connection's first request with `data`, then closes it."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(lambda k, n, r: data)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(self.script(0, 0, b"") or b"")
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+
+async def _posted(url: str, times: int = 1) -> list[tuple[int, bytes]]:
+    client = HttpClient("p", url, "key", timeout_s=5.0)
+    out: list[tuple[int, bytes]] = []
+    try:
+        for _ in range(times):
+            async with client._guard("m"):
+                response, raw = await client._post("chat/completions", b"{}")
+            out.append((response.status_code, raw))
+    finally:
+        await client.aclose()
+    return out
+
+
+async def test_a_post_keeps_its_connection_and_replaces_a_stale_one_once() -> None:
+    def script(k: int, n: int, _: bytes) -> bytes | None:
+        return None if (k, n) == (0, 2) else answer(b'{"n": %d}' % n)
+
+    async with Scripted(script) as server:
+        got = await _posted(server.url, 3)
+        assert got == [(200, b'{"n": 0}'), (200, b'{"n": 1}'), (200, b'{"n": 0}')]
+        assert server.connections == 2
+    async with Scripted(lambda k, n, r: None) as server:
+        with pytest.raises(ProviderConnectionError):
+            await _posted(server.url)
+        assert server.connections == 1  # a new connection's silence is not retried
+
+
+async def test_a_post_reads_chunks_interim_answers_and_a_body_ended_by_the_close() -> None:
+    chunked = (
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5;ext=1\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nX-Trailer: t\r\n\r\n"
+    )
+    async with Scripted(lambda k, n, r: chunked) as server:
+        assert await _posted(server.url, 2) == [(200, b"hello world")] * 2
+        assert server.connections == 1
+    closing = b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 200_000
+    async with Closing(closing) as server:
+        assert await _posted(server.url, 2) == [(200, b"x" * 200_000)] * 2
+        assert server.connections == 2  # ended by the close: never kept
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nshort",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_ANSWER + 1),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % (MAX_ANSWER + 1),
+    ],
+    ids=["short", "short-chunk", "bad-chunk-size", "over-cap", "chunk-over-cap"],
+)
+async def test_a_broken_or_oversized_answer_is_an_error_not_an_answer(head: bytes) -> None:
+    async with Closing(head) as server:
+        with pytest.raises(ProviderConnectionError):
+            await _posted(server.url)
+
+
+async def test_a_post_error_status_keeps_its_reason_and_retry_after() -> None:
+    busy = answer(b'{"error": {"message": "slow down"}}', b"Retry-After: 7").replace(
+        b"200 OK", b"429 Too Many Requests"
+    )
+    async with Scripted(lambda k, n, r: busy) as server:
+        client = HttpClient("p", server.url, "key", timeout_s=5.0)
+        try:
+            response, raw = await client._post("chat/completions", b"{}")
+            error = client._error(response, raw, "m")
+        finally:
+            await client.aclose()
+    assert (error.status, error.retry_after) == (429, 7.0)
+    assert "slow down" in str(error)

@@ -39,6 +39,7 @@ from klaw.llm._http import (
 )
 from klaw.llm.errors import ContentBlocked, MalformedResponse, ProviderError
 from klaw.llm.openai_compat import unique_call_id
+from klaw.llm.transport import Answer
 from klaw.llm.types import (
     DeltaCallback,
     FinishReason,
@@ -160,7 +161,7 @@ class GeminiClient(HttpClient):
                     await on_delta(text)
         return acc.response()
 
-    def _error(self, response: httpx.Response, raw: bytes, model: str) -> ProviderError:
+    def _error(self, response: httpx.Response | Answer, raw: bytes, model: str) -> ProviderError:
         exc = http_error(response, raw, provider=self.provider, model=model, secret=self._api_key)
         if exc.retry_after is None:
             exc.retry_after = retry_delay(raw)

@@ -22,11 +22,11 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import AbstractAsyncContextManager, nullcontext
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import httpx
 
-__all__ = ["KEEPALIVE_S", "Http11Transport"]
+__all__ = ["KEEPALIVE_S", "Answer", "Http11Transport", "request_head"]
 
 #: Idle connections older than this are closed rather than used (httpx's keepalive_expiry).
 KEEPALIVE_S: Final = 5.0
@@ -34,8 +34,12 @@ _IDLE_PER_ORIGIN: Final = 8
 _READ: Final = 64 * 1024  # the most read at a time (a chunk of any size is read in pieces)
 _LIMIT: Final = 64 * 1024  # the longest response head or chunk-size line
 _NO_BODY: Final = frozenset({204, 304})
+#: The largest whole answer `post` reads (a model's answer is kilobytes; the engine's
+#: unit allows 700 MB): a longer one is an error before it is held.
+MAX_ANSWER: Final = 64 * 1024 * 1024
 
 _Origin = tuple[str, str, int]
+_T = TypeVar("_T")
 
 
 class _Stale(Exception):
@@ -69,6 +73,31 @@ def _timeout(seconds: float | None) -> AbstractAsyncContextManager[object]:
     return nullcontext() if seconds is None else asyncio.timeout(seconds)
 
 
+class Answer:
+    """A whole answer of `Http11Transport.post`: what a provider client reads of it."""
+
+    __slots__ = ("_headers", "body", "raw_headers", "reason", "status_code")
+
+    def __init__(
+        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        self.status_code = status
+        self.reason = reason
+        self.raw_headers = headers
+        self.body = body
+        self._headers: httpx.Headers | None = None
+
+    @property
+    def reason_phrase(self) -> str:
+        return self.reason.decode("latin-1")
+
+    @property
+    def headers(self) -> httpx.Headers:
+        if self._headers is None:  # only an error's Retry-After is ever read
+            self._headers = httpx.Headers(self.raw_headers)
+        return self._headers
+
+
 class Http11Transport(httpx.AsyncBaseTransport):
     """See the module docstring. One per httpx client; connections by origin."""
 
@@ -83,9 +112,9 @@ class Http11Transport(httpx.AsyncBaseTransport):
             raise httpx.UnsupportedProtocol(
                 f"unsupported URL scheme {url.scheme!r}", request=request
             )
-        origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        origin = _origin(url)
         timeouts = request.extensions.get("timeout", {})
-        data = _head(request) + await _body(request)
+        data = request_head(request) + b"\r\n" + await _body(request)
         while True:
             conn = self._take(origin)
             kept = conn is not None
@@ -102,7 +131,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
             except BaseException:
                 conn.close()
                 raise
-            length, keep = _framing(request, status, headers, version)
+            close = "close" in request.headers.get("connection", "").lower()
+            length, keep = _framing(request.method, close, status, headers, version)
             stream = _Body(self, origin, conn, length, keep, timeouts.get("read"), request)
             return httpx.Response(
                 status,
@@ -110,6 +140,35 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 stream=stream,
                 extensions={"http_version": version, "reason_phrase": reason},
             )
+
+    async def post(self, url: httpx.URL, head: bytes, body: bytes) -> Answer:
+        """POST `body` to `url` and read the whole answer, without httpx's request and
+        response objects (a provider's plain call: half its remaining CPU). `head` is
+        `request_head` of a bodiless POST without Content-Length. No timeout of its
+        own: the caller bounds the whole call. Errors are httpx's, as through httpx."""
+        origin = _origin(url)
+        data = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body)
+        while True:
+            conn = self._take(origin)
+            kept = conn is not None
+            if conn is None:
+                conn = await self._connect(origin, None, None)
+            try:
+                await _write(conn, data, None, None, kept)
+                status, reason, headers, version = await _answer_head(conn, None, None, kept)
+                length, keep = _framing("POST", False, status, headers, version)
+                raw = await _whole(conn.reader, length)
+            except _Stale:
+                conn.close()
+                continue  # once per kept connection, as in handle_async_request
+            except BaseException:
+                conn.close()
+                raise
+            if keep and conn.loop is asyncio.get_running_loop():
+                self._put(origin, conn)
+            else:
+                conn.close()
+            return Answer(status, reason, headers, raw)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -137,7 +196,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
         conns.append(conn)
 
     async def _connect(
-        self, origin: _Origin, seconds: float | None, request: httpx.Request
+        self, origin: _Origin, seconds: float | None, request: httpx.Request | None
     ) -> _Conn:
         scheme, host, port = origin
         context = self._context() if scheme == "https" else None
@@ -165,15 +224,22 @@ class Http11Transport(httpx.AsyncBaseTransport):
         return self._ssl
 
 
-def _head(request: httpx.Request) -> bytes:
+def _origin(url: httpx.URL) -> _Origin:
+    return (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+
+
+def request_head(request: httpx.Request, *, skip: frozenset[bytes] = frozenset()) -> bytes:
+    """The request line and headers (those named in `skip`, lower case, left out), each
+    line ended by CRLF; the blank line that ends the head is the caller's."""
     lines = [request.method.encode("ascii") + b" " + request.url.raw_path + b" HTTP/1.1"]
     for name, value in request.headers.raw:
         if any(c in name or c in value for c in (b"\r", b"\n", b"\0")):
             raise httpx.LocalProtocolError(
                 f"header {name.decode('latin-1')!r} holds a line break", request=request
             )
-        lines.append(name + b": " + value)
-    lines.append(b"\r\n")
+        if name.lower() not in skip:
+            lines.append(name + b": " + value)
+    lines.append(b"")
     return b"\r\n".join(lines)
 
 
@@ -189,7 +255,7 @@ async def _body(request: httpx.Request) -> bytes:
 
 
 async def _write(
-    conn: _Conn, data: bytes, seconds: float | None, request: httpx.Request, kept: bool
+    conn: _Conn, data: bytes, seconds: float | None, request: httpx.Request | None, kept: bool
 ) -> None:
     try:
         conn.writer.write(data)
@@ -204,7 +270,7 @@ async def _write(
 
 
 async def _answer_head(
-    conn: _Conn, seconds: float | None, request: httpx.Request, kept: bool
+    conn: _Conn, seconds: float | None, request: httpx.Request | None, kept: bool
 ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes]:
     """(status, reason, headers, version) of the final answer (1xx ones are skipped)."""
     first = True
@@ -251,19 +317,16 @@ async def _answer_head(
 
 
 def _framing(
-    request: httpx.Request, status: int, headers: list[tuple[bytes, bytes]], version: bytes
+    method: str, close: bool, status: int, headers: list[tuple[bytes, bytes]], version: bytes
 ) -> tuple[int | None, bool]:
-    """(body length: -1 chunked, None until the close; whether the connection is kept)."""
+    """(body length: -1 chunked, None until the close; whether the connection is kept);
+    `close`: the request asked for the connection to be closed."""
     fields: dict[bytes, list[bytes]] = {}
     for name, value in headers:
         fields.setdefault(name.lower(), []).append(value)
     tokens = b",".join(fields.get(b"connection", [])).lower()
-    keep = (
-        version == b"HTTP/1.1"
-        and b"close" not in tokens
-        and "close" not in request.headers.get("connection", "").lower()
-    )
-    if request.method == "HEAD" or status in _NO_BODY or 100 <= status < 200:
+    keep = version == b"HTTP/1.1" and b"close" not in tokens and not close
+    if method == "HEAD" or status in _NO_BODY or 100 <= status < 200:
         return 0, keep
     coding = b",".join(fields.get(b"transfer-encoding", [])).lower()
     if coding:
@@ -274,8 +337,50 @@ def _framing(
     if not lengths:
         return None, False
     if len(lengths) != 1 or not next(iter(lengths)).isdigit():
-        raise httpx.RemoteProtocolError(f"bad Content-Length: {sorted(lengths)!r}", request=request)
+        raise httpx.RemoteProtocolError(f"bad Content-Length: {sorted(lengths)!r}")
     return int(next(iter(lengths))), keep
+
+
+async def _whole(reader: asyncio.StreamReader, length: int | None) -> bytes:
+    """An answer's whole body, framed as `_framing` says, up to MAX_ANSWER bytes."""
+    try:
+        if length is not None and length >= 0:
+            return await reader.readexactly(_within(length, length)) if length else b""
+        parts: list[bytes] = []
+        held = 0
+        if length is None:  # ended by the close
+            while data := await reader.read(_READ):
+                held = _within(held + len(data), held + len(data))
+                parts.append(data)
+            return b"".join(parts)
+        while True:
+            line = await reader.readuntil(b"\r\n")
+            size = int(line.split(b";", 1)[0].strip(), 16)  # ValueError: malformed
+            if size == 0:
+                while await reader.readuntil(b"\r\n") != b"\r\n":
+                    pass  # trailers
+                return b"".join(parts)
+            held = _within(held + size, held + size)
+            parts.append(await reader.readexactly(size))
+            if await reader.readexactly(2) != b"\r\n":
+                raise ValueError("chunk not ended by CRLF")
+    except asyncio.IncompleteReadError as exc:
+        raise httpx.RemoteProtocolError(
+            f"the answer ended {exc.expected - len(exc.partial)} bytes short"
+            if exc.expected is not None
+            else "the answer ended before its last chunk"
+        ) from exc
+    except (asyncio.LimitOverrunError, ValueError) as exc:
+        raise httpx.RemoteProtocolError(f"malformed answer body ({type(exc).__name__})") from exc
+    except OSError as exc:
+        raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+
+
+def _within(size: int, value: _T) -> _T:
+    """`value`, when an answer of `size` bytes is within MAX_ANSWER."""
+    if size > MAX_ANSWER:
+        raise httpx.RemoteProtocolError(f"an answer over {MAX_ANSWER // 2**20} MiB; not read")
+    return value
 
 
 class _Body(httpx.AsyncByteStream):
