@@ -353,12 +353,12 @@ def row_to_message(row: StoredMessage) -> Message | None:
 
 
 # A chat's window is mostly the same rows turn after turn, and stored rows never change:
-# each row's Message is built once (its metadata JSON parsed once). The key is all that
-# `row_to_message` reads (a merged user run keeps its last row's id with other text).
-# Messages are never changed in place (`dataclasses.replace` makes new ones), so turns
-# can share them. Bounded by entries and by the characters held.
-_MessageKey: TypeAlias = tuple[str, str, str | None, str, str, str | None]
-_MESSAGES: dict[_MessageKey, Message | None] = {}
+# each row's Message is built once (its metadata JSON parsed once). Rows key it by value,
+# every field (equal and hashed in Rust: no getter per field); a merged user run keeps
+# its last row's id with other text, so it is another key. Messages are never changed in
+# place (`dataclasses.replace` makes new ones), so turns can share them. Bounded by
+# entries and by the characters held.
+_MESSAGES: dict[StoredMessage, Message | None] = {}
 _MESSAGES_MAX = 2048
 _MESSAGES_MAX_CHARS = 4 << 20
 _messages_chars = 0
@@ -367,9 +367,8 @@ _messages_chars = 0
 def _row_message(row: StoredMessage) -> Message | None:
     """`row_to_message(row)`, built once per row content."""
     global _messages_chars
-    key = (row.id, row.role, row.kind, row.chat_id, row.content, row.metadata)
     try:
-        return _MESSAGES[key]
+        return _MESSAGES[row]
     except KeyError:
         pass
     msg = row_to_message(row)
@@ -377,7 +376,7 @@ def _row_message(row: StoredMessage) -> Message | None:
     if len(_MESSAGES) >= _MESSAGES_MAX or _messages_chars + size > _MESSAGES_MAX_CHARS:
         _MESSAGES.clear()
         _messages_chars = 0
-    _MESSAGES[key] = msg
+    _MESSAGES[row] = msg
     _messages_chars += size
     return msg
 
@@ -618,9 +617,26 @@ def _memory_md(
     return "MEMORY.md", "Long-Term Memory (MEMORY.md)", body
 
 
+# The last (minute, zone, offset) formatted and its text: the clock line changes once a
+# minute, and strftime with a zone lookup is most of assembling the tail.
+_now_text: tuple[tuple[object, ...], str] | None = None
+
+
 def _format_now(now: datetime) -> str:
+    global _now_text
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("`now` must be timezone-aware (e.g. datetime.now(ZoneInfo(...)))")
+    # An aware datetime compares by its instant: the zone and offset are in the key.
+    key = (now.replace(second=0, microsecond=0), now.tzinfo, now.utcoffset(), now.tzname())
+    last = _now_text
+    if last is not None and last[0] == key:
+        return last[1]
+    text = _now_line(now)
+    _now_text = (key, text)
+    return text
+
+
+def _now_line(now: datetime) -> str:
     offset = now.strftime("%z")
     offset = f"UTC{offset[:3]}:{offset[3:5]}" if offset else "UTC"
     zone = getattr(now.tzinfo, "key", None) or now.tzname() or offset

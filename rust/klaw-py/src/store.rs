@@ -159,9 +159,11 @@ impl PyNewChunk {
 }
 
 /// One conversation message as klaw.db stores it (what reindex makes of a JSONL
-/// line); `metadata` is the `meta` object's JSON text.
-#[pyclass(frozen, get_all, module = "klaw._core", name = "Message")]
-#[derive(Clone)]
+/// line); `metadata` is the `meta` object's JSON text. Equal and hashed by value, in
+/// Rust: a turn's window rows key the engine's cache of built messages without a getter
+/// (a new Python string) per field.
+#[pyclass(frozen, eq, hash, get_all, module = "klaw._core", name = "Message")]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct PyMessage {
     pub id: String,
     pub channel: String,
@@ -205,17 +207,6 @@ impl PyMessage {
             "Message(id={:?}, chat_id={:?}, role={:?}, kind={:?})",
             self.id, self.chat_id, self.role, self.kind
         )
-    }
-
-    fn __eq__(&self, other: &Self) -> bool {
-        self.id == other.id
-            && self.channel == other.channel
-            && self.chat_id == other.chat_id
-            && self.role == other.role
-            && self.kind == other.kind
-            && self.content == other.content
-            && self.metadata == other.metadata
-            && self.created_at == other.created_at
     }
 }
 
