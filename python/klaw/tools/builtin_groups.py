@@ -59,12 +59,14 @@ class BuiltinGroup(ToolGroup):
     def __init__(self, name: str, tools: Sequence[Tool]) -> None:
         self.name = name
         self._tools = list(tools)
+        # Its tools are fixed: the line is made once, not at every turn's schemas.
+        self._summary = f"{GROUPS[name][0]}: {names_line([t.name for t in self._tools])}"
 
     def tools(self) -> Sequence[Tool]:
         return self._tools
 
     def summary(self) -> str:
-        return f"{GROUPS[self.name][0]}: {names_line([t.name for t in self._tools])}"
+        return self._summary
 
 
 def fold(registry: ToolRegistry, eager: Collection[str], chat_id: str) -> ToolRegistry:

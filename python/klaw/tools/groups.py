@@ -90,6 +90,7 @@ class Disclosure:
         self._all = {g.name: g for g in groups}
         self._state = _state or _State()
         self._keep = _keep
+        self._loader: ToolsLoad | None = None
 
     @property
     def groups(self) -> dict[str, ToolGroup]:
@@ -160,7 +161,9 @@ class Disclosure:
         self._state.loaded[group.name] = self._state.turn
 
     def loader(self) -> ToolsLoad:
-        return ToolsLoad(self)
+        if self._loader is None:  # one per disclosure: it keeps its last schema
+            self._loader = ToolsLoad(self)
+        return self._loader
 
 
 class ToolsLoad(Tool):
@@ -180,12 +183,19 @@ class ToolsLoad(Tool):
 
     def __init__(self, disclosure: Disclosure) -> None:
         self.disclosure = disclosure
+        self._last: tuple[list[str], ToolSchema] | None = None
 
     def schema(self) -> ToolSchema:
         lines = [f"- {g.name}: {g.summary()}" for g in self.disclosure.lazy()]
-        return ToolSchema(
+        # The same schema object while the lines stay: the prompt's caches of encoded
+        # and counted schemas then find it without hashing its text again.
+        if self._last is not None and self._last[0] == lines:
+            return self._last[1]
+        schema = ToolSchema(
             self.name, self.description + "\nGroups:\n" + "\n".join(lines), self.parameters
         )
+        self._last = (lines, schema)
+        return schema
 
     async def run(self, args: dict[str, Any]) -> str:
         group = self.disclosure.load(str(args["group"]))
