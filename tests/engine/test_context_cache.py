@@ -91,7 +91,7 @@ def test_an_unchanged_persona_file_is_kept_and_an_edit_after_it_is_read(
     soul = tmp_path / "SOUL.md"
     soul.write_bytes(b"You are calm AAAA.\n")
     assert "calm AAAA" in (make(tmp_path).messages[0].content or "")
-    assert soul in context_module._FILE_CACHE
+    assert str(soul) in context_module._FILE_CACHE
     st = soul.stat()
     next_tick(soul)
     soul.write_bytes(b"You are calm BBBB.\n")

@@ -54,6 +54,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -541,32 +542,33 @@ def _units(messages: list[Message]) -> tuple[list[list[Message]], int]:
 # ------------------------------------------------------------------- system prompt
 
 
-_FILE_CACHE: dict[Path, tuple[FileKey, tuple[str, bool] | None]] = {}
+_FILE_CACHE: dict[str, tuple[FileKey, tuple[str, bool] | None]] = {}
 
 
-def _read_workspace_file(path: Path) -> tuple[str, bool] | None:
+def _read_workspace_file(workspace: Path, name: str) -> tuple[str, bool] | None:
     """(text, cut at MAX_FILE_BYTES) of a workspace file; None if absent or empty.
 
     Read again only when its stat changed (`klaw.filekey`): every turn asks for the
     same five files, and a stat is much cheaper than a read and a decode.
     """
+    where = f"{workspace}/{name}"  # a string: Path objects cost more than the stat
     try:
-        st = path.stat()
+        st = os.stat(where)
     except FileNotFoundError:
         return None
     except OSError:
-        return _read_file_uncached(path)
+        return _read_file_uncached(workspace / name)
     key = file_key(st)
-    hit = _FILE_CACHE.get(path)
+    hit = _FILE_CACHE.get(where)
     if key is not None and hit is not None and hit[0] == key:
         return hit[1]
-    result = _read_file_uncached(path)
+    result = _read_file_uncached(workspace / name)
     if key is None:  # changed just now: not trusted to stay as read
-        _FILE_CACHE.pop(path, None)
+        _FILE_CACHE.pop(where, None)
         return result
     if len(_FILE_CACHE) > 64:
         _FILE_CACHE.clear()
-    _FILE_CACHE[path] = (key, result)
+    _FILE_CACHE[where] = (key, result)
     return result
 
 
@@ -596,7 +598,7 @@ def _memory_md(
     """MEMORY.md as a workspace file within its share (klaw.memory.condense.prompt_cut):
     the share, or what the persona files, core memory and auto-recall leave of
     `memory_max_tokens` if less."""
-    read = _read_workspace_file(inp.workspace / "MEMORY.md")
+    read = _read_workspace_file(inp.workspace, "MEMORY.md")
     if read is None:
         return None
     text, share = read[0], inp.memory_md_tokens
@@ -708,7 +710,7 @@ def assemble_context(inp: ContextInput) -> AssembledContext:
             continue
         if name == "BOOTSTRAP.md" and not onboarding_pending(inp.workspace):
             continue
-        read = _read_workspace_file(inp.workspace / name)
+        read = _read_workspace_file(inp.workspace, name)
         if read is None:
             continue
         body, cut = read

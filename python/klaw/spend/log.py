@@ -63,7 +63,11 @@ class SpendRead:
 
 
 def _ts(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat is a third of strftime's cost; the same text (years 1000-9999).
+    return at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _line(entry: Call | Told) -> bytes:
@@ -81,7 +85,7 @@ def _line(entry: Call | Told) -> bytes:
             "cost": entry.cost,
             "currency": entry.currency,
         }
-    return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    return (_ENCODER.encode(data) + "\n").encode()
 
 
 class SpendLog:
