@@ -8,6 +8,7 @@ pub mod chunk;
 pub mod embcache;
 pub mod embed;
 pub mod error;
+pub mod fts_tokenizer;
 pub mod index;
 pub mod keyword;
 pub mod record;
