@@ -1,4 +1,4 @@
-"""The tool framework: `Tool`, `ToolResult`, `ToolRegistry`.
+"""The tool framework: `ToolRegistry` (`Tool` and `ToolResult` are in `klaw.tools.tool`).
 
 The registry is the one place that turns whatever a model asks for into a string it
 can read back: unknown names, bad arguments and failing tools all become error
@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 from klaw.errors import KlawError, ToolError
 from klaw.llm.types import ToolCall, ToolSchema
+from klaw.tools.groups import LOADER_NAME, Disclosure
 from klaw.tools.schema import validate
-
-if TYPE_CHECKING:
-    from klaw.tools.groups import Disclosure
+from klaw.tools.tool import Tool, ToolResult
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "Tool", "ToolError", "ToolRegistry", "ToolResult"]
 
@@ -28,35 +25,6 @@ log = logging.getLogger("klaw.tools")
 
 #: ~4k tokens: enough for a page of a file or ten search hits, small enough for a Pi budget.
 DEFAULT_MAX_RESULT_CHARS = 16_000
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    content: str
-    is_error: bool = False
-
-
-class Tool(ABC):
-    """A built-in tool. Subclasses set the class attributes and implement `run`.
-
-    `run` receives arguments already validated against `parameters` and returns the
-    text given back to the model; it raises `ToolError` for failures the model
-    should read about.
-    """
-
-    name: ClassVar[str]
-    description: ClassVar[str]
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {},
-        "additionalProperties": False,
-    }
-
-    @abstractmethod
-    async def run(self, args: dict[str, Any]) -> str: ...
-
-    def schema(self) -> ToolSchema:
-        return ToolSchema(self.name, self.description, self.parameters)
 
 
 def _truncate(text: str, cap: int) -> str:
@@ -104,15 +72,11 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         """The registered tools' names, and `tools_load` standing for the groups."""
-        from klaw.tools.groups import LOADER_NAME
-
         return [*self._tools, *([LOADER_NAME] if self.disclosure is not None else [])]
 
     def only(self, names: Iterable[str]) -> ToolRegistry:
         """A registry with those of `names` this one has (same tools, same limits); the
         groups go with `tools_load`."""
-        from klaw.tools.groups import LOADER_NAME
-
         keep = set(names)
         out = ToolRegistry(
             [t for n, t in self._tools.items() if n in keep], max_result_chars=self.max_result_chars
@@ -124,8 +88,6 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         tool = self._tools.get(name)
         if tool is None and self.disclosure is not None:
-            from klaw.tools.groups import LOADER_NAME
-
             if name == LOADER_NAME:
                 return self.disclosure.loader()
             found = self.disclosure.find(name)

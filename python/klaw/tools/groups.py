@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
+from klaw.errors import ToolError
 from klaw.llm.types import ToolSchema
-from klaw.tools.base import Tool, ToolError
+from klaw.tools.tool import Tool
 
 __all__ = ["IDLE_TURNS", "LOADER_NAME", "Disclosure", "ToolGroup", "ToolsLoad"]
 
