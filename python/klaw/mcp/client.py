@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from klaw import __version__
 from klaw.errors import ToolError
+from klaw.mcp.limits import CONTROLS
 from klaw.retry import Backoff
 
 if TYPE_CHECKING:
@@ -98,8 +99,6 @@ class McpServer:
         self.on_change: list[Callable[[McpServer], None]] = []
 
     def _set(self, state: State, error: str | None = None) -> None:
-        from klaw.mcp.tools import CONTROLS  # the server's words reach `klaw doctor`
-
         self.state, self.error = state, CONTROLS.sub("", error) if error else error
         self.changed.set()
         self.changed = asyncio.Event()
@@ -339,7 +338,6 @@ def _describe(exc: BaseException) -> str:
 
 
 def _first_line(text: str, limit: int = 200) -> str:
-    from klaw.mcp.tools import CONTROLS
 
     line = " ".join(CONTROLS.sub("", text).strip().splitlines()[:1]).strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"

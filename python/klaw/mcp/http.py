@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import httpx2
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
-from klaw.mcp.stdio import MAX_MESSAGE_BYTES
+from klaw.mcp.limits import MAX_MESSAGE_BYTES
 
 __all__ = ["capped_client"]
 

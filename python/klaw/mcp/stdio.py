@@ -32,15 +32,12 @@ import anyio
 from mcp.shared.message import SessionMessage
 from mcp.types import INTERNAL_ERROR, ErrorData, JSONRPCError, jsonrpc_message_adapter
 
-from klaw.mcp.tools import CONTROLS
+from klaw.mcp.limits import CONTROLS, MAX_MESSAGE_BYTES
 
 __all__ = ["MAX_MESSAGE_BYTES", "StdioChild", "stdio_streams"]
 
 log = logging.getLogger("klaw.mcp")
 
-#: A line the server writes is read up to this size (a 10 MB result fits); a longer
-#: one ends the connection (the server is restarted).
-MAX_MESSAGE_BYTES: Final = 32 * 1024 * 1024
 #: The server's grace after its stdin closes, then after SIGTERM.
 STOP_GRACE_S: Final = 2.0
 #: Lines of the server's stderr kept to explain a failure.

@@ -13,6 +13,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Final
 
+from klaw.mcp.limits import CONTROLS
 from klaw.tools.base import Tool, ToolError
 from klaw.tools.groups import ToolGroup, names_line
 
@@ -29,13 +30,6 @@ MAX_NAME: Final = 64
 #: A server's tool description is cut here (some servers write pages).
 MAX_DESCRIPTION: Final = 1024
 _BAD = re.compile(r"[^A-Za-z0-9_-]")
-#: Terminal escapes (CSI, OSC) and other C0/C1 controls but tab and newline: what a
-#: server writes must not drive the owner's terminal (log, `klaw doctor`) or hide text.
-CONTROLS: Final = re.compile(
-    r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]"  # CSI: colours, cursor moves, clearing
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window title, clipboard
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
-)
 
 
 def tool_names(server: str, tools: list[str]) -> dict[str, str]:

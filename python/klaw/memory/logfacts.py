@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from klaw.memory.retain import Fact, entity_key, parse_retain
+from klaw.memory.supersede import supersessions
 from klaw.memory.wsfiles import open_for_index
 
 __all__ = ["FactFiles", "current_facts", "name_key"]
@@ -27,11 +28,9 @@ name_key = functools.lru_cache(maxsize=1 << 16)(entity_key)
 def current_facts(facts: Iterable[Fact], superseded: Mapping[str, str] | None = None) -> list[Fact]:
     """`facts`, newest first (the day of their log, then the line), without those a
     newer fact replaces: `superseded` (fact id -> the newer one's, from
-    `klaw.memory.facts.supersessions` over every fact), else computed from `facts`."""
+    `klaw.memory.supersede.supersessions` over every fact), else computed from `facts`."""
     pool = list(facts)
     if superseded is None:
-        from klaw.memory.facts import supersessions
-
         superseded = supersessions(pool)
     kept = [f for f in pool if f.id not in superseded]
     return sorted(kept, key=lambda f: (f.day or f.start or "", f.source, f.line), reverse=True)

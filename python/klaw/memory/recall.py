@@ -167,7 +167,7 @@ def _build(workspace: Path, fact_files: FactFiles, page_cache: _PageCache) -> _S
                     owners.append(None)
                 for at in index[k]:
                     facts_of.setdefault(at, []).append(f)
-    from klaw.memory.facts import supersessions
+    from klaw.memory.supersede import supersessions
 
     replaced = supersessions(f for facts in by_source.values() for f in facts)
     for at, own in enumerate(owners):

@@ -294,7 +294,7 @@ def apply_answer(
         for pair in item.get("superseded") or []:
             if isinstance(pair, dict):
                 _supersede(p, str(pair.get("old", "")), str(pair.get("new", "")), out)
-    from klaw.memory.facts import supersessions
+    from klaw.memory.supersede import supersessions
 
     replaced = supersessions(known.values())  # what the index marks, from the same facts
     for p in pages:
@@ -321,7 +321,7 @@ def _supersede(page: EntityPage, old: str, new: str, out: Applied) -> None:
 
 def _by_attribute(page: EntityPage, replaced: Mapping[str, str]) -> None:
     """A fact a newer fact about the same entity and attribute replaces (the marks of
-    `klaw.memory.facts.supersessions`) moves to the page's history, with the day of
+    `klaw.memory.supersede.supersessions`) moves to the page's history, with the day of
     the fact that replaced it, when that fact is on the page too."""
     current = {f.id: f for f in page.facts}
     for pf in list(page.facts):
