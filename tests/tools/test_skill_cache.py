@@ -23,18 +23,29 @@ def _offered(catalog: SkillCatalog) -> dict[str, str]:
     return {name: s.description for name, s in catalog.offered().items()}
 
 
-def test_an_edit_of_the_same_size_with_its_mtime_put_back_is_seen(klaw_home: KlawPaths) -> None:
+@pytest.mark.parametrize("trusted", [False, True], ids=["just-written", "kept"])
+def test_an_edit_of_the_same_size_with_its_mtime_put_back_is_seen(
+    klaw_home: KlawPaths, monkeypatch: pytest.MonkeyPatch, trusted: bool
+) -> None:
+    """Just written, a SKILL.md's key is not trusted (`klaw.filekey`'s racy window) and
+    it is read again; `trusted`: keys trusted once the file clock has moved on (RACY_NS
+    0), so an unchanged file is kept, and the edit is still seen (its ctime moved)."""
+    if trusted:
+        monkeypatch.setattr(filekey, "RACY_NS", 0)
     folder = klaw_home.workspace / "skills" / "notes"
     folder.mkdir(parents=True)
     path = folder / "SKILL.md"
     path.write_text(_md("notes", "Write notes AAAA"), encoding="utf-8")
     catalog = SkillCatalog(klaw_home.workspace / "skills", klaw_home.skills, builtin_dir=None)
     assert _offered(catalog) == {"notes": "Write notes AAAA"}
+    assert (path in skills_module._SKILL_MD) == trusted  # kept only by a trusted key
 
     st = path.stat()
+    if trusted:
+        next_tick(path)
     path.write_text(_md("notes", "Write notes BBBB"), encoding="utf-8")
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert path.stat().st_size == st.st_size
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
     # A new catalog (the pipeline makes one per turn) and the same one both see it.
     assert _offered(catalog) == {"notes": "Write notes BBBB"}
     fresh = SkillCatalog(klaw_home.workspace / "skills", klaw_home.skills, builtin_dir=None)
@@ -62,26 +73,3 @@ def test_a_skill_renamed_broken_and_fixed_follows_its_file(klaw_home: KlawPaths)
     path.write_text(_md("alpha", "First"), encoding="utf-8")  # content seen before
     assert _offered(catalog) == {"alpha": "First"}
     assert catalog.refused == {}
-
-
-def test_an_unchanged_skill_is_kept_and_an_edit_after_it_is_read(
-    klaw_home: KlawPaths, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The kept path: keys trusted as soon as the file clock has moved on (RACY_NS 0),
-    an unchanged SKILL.md is not read again, and a same-size edit with its mtime put
-    back still is (its ctime moved)."""
-    monkeypatch.setattr(filekey, "RACY_NS", 0)
-    folder = klaw_home.workspace / "skills" / "notes"
-    folder.mkdir(parents=True)
-    path = folder / "SKILL.md"
-    path.write_text(_md("notes", "Write notes AAAA"), encoding="utf-8")
-    catalog = SkillCatalog(klaw_home.workspace / "skills", klaw_home.skills, builtin_dir=None)
-    assert _offered(catalog) == {"notes": "Write notes AAAA"}
-    assert path in skills_module._SKILL_MD  # kept, by its key
-
-    st = path.stat()
-    next_tick(path)
-    path.write_text(_md("notes", "Write notes BBBB"), encoding="utf-8")
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
-    assert _offered(catalog) == {"notes": "Write notes BBBB"}
