@@ -53,6 +53,7 @@ class Memory(Protocol):
 
     def _embed(self, texts: list[str]) -> tuple[bytes, int]: ...
 
+
 __all__ = [
     "FACT_KINDS",
     "Supersession",
