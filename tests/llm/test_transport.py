@@ -314,7 +314,13 @@ async def test_a_provider_post_sends_what_the_httpx_client_would() -> None:
         assert server.connections == 1
     direct, through = (r.split(b"\r\n") for r in server.requests)
     assert direct[0] == through[0] == b"POST /v1/chat/completions HTTP/1.1"
-    assert sorted(direct[1:]) == sorted(through[1:])
+
+    def others(lines: list[bytes]) -> list[bytes]:
+        return sorted(x for x in lines[1:] if not x.lower().startswith(b"accept-encoding:"))
+
+    # The same but for the coding asked: identity, the whole answer read as it comes.
+    assert others(direct) == others(through)
+    assert b"Accept-Encoding: identity" in direct
     assert b"Authorization: Bearer key" in direct and direct[-1] == b'{"a":1}'
 
 
@@ -413,3 +419,33 @@ async def test_a_post_error_status_keeps_its_reason_and_retry_after() -> None:
             await client.aclose()
     assert (error.status, error.retry_after) == (429, 7.0)
     assert "slow down" in str(error)
+
+
+async def test_a_post_asks_for_no_coding_and_undoes_one_applied_anyway() -> None:
+    """A provider's plain answer is read whole: the request asks for identity, and a
+    gzip or deflate body a server sends anyway is undone (another coding, a broken
+    one or one inflating past the cap is an error, never bytes taken for JSON)."""
+    import gzip
+    import zlib
+
+    body = b'{"choices": []}'
+    coded = {
+        b"gzip": gzip.compress(body),
+        b"deflate": zlib.compress(body),
+        b"br": b"\x0b\x02\x80{}\x03",
+        b"gzip ": b"not gzip at all",  # broken
+    }
+
+    def reply(coding: bytes, data: bytes) -> bytes:
+        return answer(data, b"Content-Encoding: " + coding.strip())
+
+    for coding in (b"gzip", b"deflate"):
+        async with Scripted(lambda k, n, r, c=coding: reply(c, coded[c])) as server:
+            assert await _posted(server.url) == [(200, body)]
+        assert b"\r\nAccept-Encoding: identity\r\n" in server.requests[0]
+        assert server.requests[0].lower().count(b"accept-encoding") == 1
+    bomb = gzip.compress(b"\0" * (MAX_ANSWER + 1))
+    for bad in (reply(b"br", coded[b"br"]), reply(b"gzip", coded[b"gzip "]), reply(b"gzip", bomb)):
+        async with Scripted(lambda k, n, r, b=bad: b) as server:
+            with pytest.raises(ProviderConnectionError):
+                await _posted(server.url)

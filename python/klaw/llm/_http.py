@@ -130,7 +130,10 @@ class HttpClient:
         made = self._posts.get(path)
         if made is None:
             proto = self._http.build_request("POST", path, **_json_request(b""))
-            made = proto.url, request_head(proto, skip=frozenset({b"content-length"}))
+            # identity: the whole answer is read as it comes (`Http11Transport.post`
+            # still undoes gzip or deflate if a server applies one anyway).
+            head = request_head(proto, skip=frozenset({b"content-length", b"accept-encoding"}))
+            made = proto.url, head + b"Accept-Encoding: identity\r\n"
             self._posts[path] = made
         return made
 

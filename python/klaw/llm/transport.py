@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+import zlib
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, Final, TypeVar
@@ -168,7 +169,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 self._put(origin, conn)
             else:
                 conn.close()
-            return Answer(status, reason, headers, raw)
+            return Answer(status, reason, headers, _decoded(headers, raw))
 
     async def aclose(self) -> None:
         self._closed = True
@@ -374,6 +375,32 @@ async def _whole(reader: asyncio.StreamReader, length: int | None) -> bytes:
         raise httpx.RemoteProtocolError(f"malformed answer body ({type(exc).__name__})") from exc
     except OSError as exc:
         raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+
+
+def _decoded(headers: list[tuple[bytes, bytes]], raw: bytes) -> bytes:
+    """The body without its content coding. `post`'s head asks for none (identity), but
+    a server may apply one anyway (any is allowed when none is refused): gzip and
+    deflate are undone, within MAX_ANSWER; another is an error, not bytes to parse."""
+    codings = [
+        c.strip().lower()
+        for name, value in headers
+        if name.lower() == b"content-encoding"
+        for c in value.split(b",")
+        if c.strip() and c.strip().lower() != b"identity"
+    ]
+    for coding in reversed(codings):
+        if coding in (b"gzip", b"x-gzip"):
+            unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif coding == b"deflate":
+            unzip = zlib.decompressobj()
+        else:
+            raise httpx.RemoteProtocolError(f"an answer in the {coding.decode('latin-1')!r} coding")
+        try:
+            raw = unzip.decompress(raw, MAX_ANSWER + 1)
+        except zlib.error as exc:
+            raise httpx.RemoteProtocolError(f"a broken {coding.decode('latin-1')} answer") from exc
+        _within(len(raw), raw)
+    return raw
 
 
 def _within(size: int, value: _T) -> _T:
